@@ -1,0 +1,33 @@
+"""python -m data_prep.verify --data_dir=D [--workload=ncf]: check a prepared dataset against its manifest."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+from mlperf_keras.inputs.manifest import MANIFEST_NAME, DataError, verify_files
+
+flags.DEFINE_string("data_dir", None, "A folder written by a data_prep command.", required=True)
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    path = os.path.join(FLAGS.data_dir, MANIFEST_NAME)
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+        verify_files(FLAGS.data_dir, manifest)
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"error: {path}: {e}", file=sys.stderr)
+        sys.exit(2)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"ok: {manifest['dataset']} for --model={manifest['workload']}: {json.dumps(manifest['counts'])}")
+
+
+if __name__ == "__main__":
+    app.run(main)

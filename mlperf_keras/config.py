@@ -1,0 +1,146 @@
+"""Flags -> one frozen RunConfig, and the ruleset tables (targets, eval cadence, epoch numbering).
+
+Nothing here imports TensorFlow or Keras: the reporter and JAX-only benchmark machines use these tables too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+from typing import Any, Mapping
+
+RULESETS = ("0.5", "0.6", "0.7")
+PRECISIONS = ("fp32", "fp16", "bf16")
+MODEL_NAMES = ("resnet", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
+
+# MLPerf quality targets per ruleset (MLPERF.md section 1). BLEU is kept as a score out of 100 here; the MLLOG value
+# becomes a fraction from v0.7 on (see log_accuracy_value).
+QUALITY_TARGETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
+    "resnet": {"0.5": 0.749, "0.6": 0.759, "0.7": 0.759},
+    "ssd": {"0.5": 0.212, "0.6": 0.23, "0.7": 0.23},
+    "maskrcnn": {"0.5": (0.377, 0.339), "0.6": (0.377, 0.339), "0.7": (0.377, 0.339)},
+    "gnmt": {"0.5": 21.8, "0.6": 24.0, "0.7": 24.0},
+    "transformer": {"0.5": 25.0, "0.6": 25.0, "0.7": 25.0},
+    "ncf": {"0.5": 0.635},
+})
+
+# Runs per result (MLPERF.md section 2); NCF v0.5 used the first 50 converged runs of 100.
+RUNS_PER_RESULT = types.MappingProxyType(
+    {"resnet": 5, "ssd": 5, "maskrcnn": 5, "gnmt": 10, "transformer": 10, "ncf": 50})
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration problem; the entry points print it without a traceback."""
+
+
+def first_epoch_number(ruleset: str) -> int:
+    """MLLOG epoch numbering: from 0 in v0.5/v0.6, from 1 from v0.7 on."""
+    return 0 if ruleset in ("0.5", "0.6") else 1
+
+
+def quality_target(model: str, ruleset: str):
+    targets = QUALITY_TARGETS[model]
+    if ruleset not in targets:
+        raise ConfigError(f"--model={model} is not part of MLPerf ruleset {ruleset} "
+                          f"(it exists in: {', '.join(sorted(targets))})")
+    return targets[ruleset]
+
+
+def parse_hparams(text: str, defaults: Mapping[str, Any]) -> dict:
+    """Parse 'key=value,key=value' against a workload's defaults.
+
+    Each value is converted to the type of its default (bool accepts true/false/1/0; a tuple default takes
+    values separated by ':' or '-', e.g. mlp_layers=256-256-128-64). Unknown keys are an error listing the valid ones.
+    """
+    out = dict(defaults)
+    if not text:
+        return out
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ConfigError(f"--hparams item {item!r} is not key=value")
+        if key not in defaults:
+            raise ConfigError(f"unknown hyperparameter {key!r}; valid keys: {', '.join(sorted(defaults))}")
+        out[key] = _convert(key, raw.strip(), defaults[key])
+    return out
+
+
+def _convert(key: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if raw.lower() in ("true", "1", "yes"):
+                return True
+            if raw.lower() in ("false", "0", "no"):
+                return False
+            raise ValueError(raw)
+        if isinstance(default, int):
+            return int(float(raw)) if float(raw).is_integer() else int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, tuple):
+            parts = raw.replace(":", "-").split("-")
+            kind = type(default[0]) if default else int
+            return tuple(kind(p) for p in parts if p)
+        if default is None:
+            return json.loads(raw) if raw[:1] in "[{0123456789-" else raw
+        return type(default)(raw)
+    except ValueError:
+        raise ConfigError(f"hyperparameter {key}={raw!r}: expected a {type(default).__name__} like {default!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class SystemInfo:
+    """What the run was measured on; logged for the reporter."""
+    platform: str                   # submission_platform, e.g. r740_t4 (from the hardware preset)
+    accelerator_model: str          # e.g. "NVIDIA T4", or "cpu"
+    accelerators_per_worker: int    # 0 on CPU
+    accelerator_memory_gb: float | None
+    host_cpu: str
+    host_memory_gb: float
+    peak_tflops: float | None       # per accelerator at the run's precision, for "fraction of peak"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    model: str
+    ruleset: str
+    seed: int
+    precision: str
+    global_batch_size: int
+    max_epochs: int
+    hparams: Mapping[str, Any]
+    quality_target: Any
+    data_dir: str | None
+    output_dir: str
+    synthetic: bool
+    demo: bool
+    num_workers: int
+    backend: str
+    jit_compile: bool
+    submission_org: str
+    submission_division: str
+    submission_status: str
+    system: SystemInfo
+    eval_offset: int = 0            # epochs to shift the eval cadence by (resnet allows 0-3)
+    progress_seconds: float = 30.0  # in-epoch progress line interval
+
+    @property
+    def per_worker_batch_size(self) -> int:
+        return self.global_batch_size // self.num_workers
+
+    @property
+    def first_epoch_num(self) -> int:
+        return first_epoch_number(self.ruleset)
+
+    def to_json(self) -> str:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["hparams"] = dict(self.hparams)
+        data["system"] = dataclasses.asdict(self.system)
+        return json.dumps(data, indent=2, sort_keys=True, default=list)
+
+    def __post_init__(self):
+        # Freeze the hyperparameters too, so no component can change what the log says was run.
+        object.__setattr__(self, "hparams", types.MappingProxyType(dict(self.hparams)))
+        if self.global_batch_size % self.num_workers:
+            raise ConfigError(f"global batch {self.global_batch_size} is not divisible by {self.num_workers} workers")

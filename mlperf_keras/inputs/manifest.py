@@ -1,0 +1,115 @@
+"""The manifest that data_prep writes beside every prepared dataset, and that training verifies.
+
+A manifest names the workload it was prepared for, the counts a model needs (users, items, classes...), and every
+data file with its size and sha256. Writing is atomic: files go to a staging folder and are renamed into place,
+the manifest last, so a folder with a manifest is always complete.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+MANIFEST_NAME = "manifest.json"
+FORMAT_VERSION = 1
+
+
+class DataError(Exception):
+    """Bad or missing input data; the message names the file (and line where it applies)."""
+
+
+def sha256_of(path: str, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(data_dir: str, workload: str) -> dict:
+    """The manifest of a prepared dataset, checked to belong to `workload` (no data file is read)."""
+    path = os.path.join(data_dir, MANIFEST_NAME)
+    if not os.path.isdir(data_dir):
+        raise DataError(f"{data_dir}: no such folder (pass the folder a data_prep command wrote as --data_dir)")
+    if not os.path.exists(path):
+        raise DataError(f"{path}: missing; {data_dir} is not a prepared dataset "
+                        f"(prepare one with python -m data_prep.<dataset> --raw_dir=... --output_dir={data_dir})")
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: unreadable manifest ({e})") from None
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise DataError(f"{path}: format_version {manifest.get('format_version')!r}, this package reads "
+                        f"{FORMAT_VERSION}; prepare the data again")
+    if manifest.get("workload") != workload:
+        raise DataError(f"{path}: this folder was prepared for --model={manifest.get('workload')}, "
+                        f"not --model={workload}")
+    return manifest
+
+
+def verify_files(data_dir: str, manifest: dict, progress=print) -> None:
+    """Check every file the manifest lists: present, same size, same sha256."""
+    for entry in manifest["files"]:
+        path = os.path.join(data_dir, entry["name"])
+        if not os.path.exists(path):
+            raise DataError(f"{path}: listed in the manifest but missing")
+        size = os.path.getsize(path)
+        if size != entry["bytes"]:
+            raise DataError(f"{path}: {size} bytes, the manifest says {entry['bytes']} (truncated or replaced?)")
+        if sha256_of(path) != entry["sha256"]:
+            raise DataError(f"{path}: checksum does not match the manifest (corrupted or replaced?)")
+    if progress:
+        progress(f"verified {len(manifest['files'])} files of {data_dir} against its manifest")
+
+
+class StagedOutput:
+    """Write a dataset's files into a staging folder; commit() moves them into output_dir, the manifest last.
+
+    On an exception inside the `with` block the staging folder is removed and output_dir is left as it was.
+    """
+
+    def __init__(self, output_dir: str, overwrite: bool = False):
+        self.output_dir = output_dir
+        if os.path.exists(os.path.join(output_dir, MANIFEST_NAME)) and not overwrite:
+            raise DataError(f"{output_dir}: already holds a prepared dataset (pass --overwrite to replace it)")
+        os.makedirs(output_dir, exist_ok=True)
+        self.staging = tempfile.mkdtemp(prefix=".staging-", dir=output_dir)
+        self.files: list[dict] = []
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.staging, name)
+
+    def add(self, name: str, rows: int | None = None, **extra) -> dict:
+        """Record a file written at self.path(name)."""
+        path = self.path(name)
+        entry = {"name": name, "bytes": os.path.getsize(path), "sha256": sha256_of(path), **extra}
+        if rows is not None:
+            entry["rows"] = int(rows)
+        self.files.append(entry)
+        return entry
+
+    def commit(self, workload: str, dataset: str, counts: dict, **extra) -> dict:
+        manifest = {"format_version": FORMAT_VERSION, "workload": workload, "dataset": dataset,
+                    "counts": counts, "files": self.files, **extra}
+        old_manifest = os.path.join(self.output_dir, MANIFEST_NAME)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(old_manifest)  # the folder is invalid until the new manifest lands
+        for entry in self.files:
+            os.replace(self.path(entry["name"]), os.path.join(self.output_dir, entry["name"]))
+        tmp = self.path(MANIFEST_NAME)
+        with open(tmp, "w") as f:
+            json.dump(manifest, f, indent=2, sort_keys=True)
+        os.replace(tmp, old_manifest)
+        shutil.rmtree(self.staging, ignore_errors=True)
+        return manifest
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        shutil.rmtree(self.staging, ignore_errors=True)
+        return False

@@ -1,0 +1,218 @@
+"""The one training loop for all six workloads (DESIGN.md seam 2).
+
+Timing and MLLOG events, epochs, evaluation at the ruleset's cadence over the whole eval set, stop at the target,
+throughput and progress lines. A workload supplies model, data, loss and evaluator (workloads/base.py); it never
+replaces this loop.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.metadata
+import time
+
+from mlperf_keras import mlperf_log
+from mlperf_keras.mlperf_log import C
+from mlperf_keras.config import RunConfig
+
+
+@dataclasses.dataclass
+class RunResult:
+    status: str                 # "success" | "aborted"
+    epochs: int                 # epochs trained
+    quality: float | None       # last evaluated metric
+    log_path: str | None
+    seconds: float              # run_start -> run_stop
+    samples_per_second: float   # global training throughput, mean over epochs
+
+
+def _framework_versions(backend: str) -> str:
+    names = ["keras", "tensorflow" if backend == "tensorflow" else "jax"]
+    parts = []
+    for name in names:
+        try:
+            parts.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            try:
+                parts.append(f"{name} {importlib.metadata.version(name + '-cpu')}")
+            except importlib.metadata.PackageNotFoundError:
+                parts.append(f"{name} ?")
+    return ", ".join(parts)
+
+
+def _hms(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=int(max(0, seconds))))
+
+
+class _Progress:
+    """Human progress lines on the chief's stdout (the MLLOG file is the machine-readable record)."""
+
+    def __init__(self, config: RunConfig, enabled: bool):
+        self.config, self.enabled = config, enabled
+
+    def say(self, message: str):
+        if self.enabled:
+            print(f"[{self.config.model}] {message}", flush=True)
+
+
+def _eval_epochs(workload, config: RunConfig) -> list[int]:
+    """0-based epochs after which to evaluate: the ruleset cadence, plus the last epoch so every run has a result."""
+    due = [e for e in range(config.max_epochs) if workload.eval_due(e, config)]
+    if not due or due[-1] != config.max_epochs - 1:
+        due.append(config.max_epochs - 1)
+    return due
+
+
+def _log_run_info(log, config: RunConfig, workload, dist):
+    system = config.system
+    log.event(C.SUBMISSION_ORG, config.submission_org)
+    log.event(C.SUBMISSION_PLATFORM, system.platform)
+    log.event(C.SUBMISSION_DIVISION, config.submission_division)
+    log.event(C.SUBMISSION_STATUS, config.submission_status)
+    log.event(C.SUBMISSION_BENCHMARK, workload.name)
+    # What the reporter needs to compare systems; not MLPerf keys, which the checker allows.
+    log.event("accelerator_model", system.accelerator_model)
+    log.event("accelerator_count", system.accelerators_per_worker * dist.world_size)
+    log.event("accelerator_memory_gb", system.accelerator_memory_gb)
+    log.event("num_workers", dist.world_size)
+    log.event("host_cpu", system.host_cpu)
+    log.event("host_memory_gb", system.host_memory_gb)
+    log.event("framework", _framework_versions(config.backend))
+    log.event("keras_backend", config.backend)
+    log.event("distribution", dist.describe())
+    log.event("precision", config.precision)
+    log.event("ruleset", config.ruleset)
+    log.event("quality_target", config.quality_target)
+    log.event("demo", config.demo)
+    log.event("synthetic_data", config.synthetic)
+    log.event(C.SEED, config.seed)
+    log.event(C.GLOBAL_BATCH_SIZE, config.global_batch_size)
+    log.event(C.GRADIENT_ACCUMULATION_STEPS, 1)
+    for key, value in workload.mllog_hparams(config).items():
+        log.event(key, value)
+
+
+def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
+    """Train config.model until the quality target or config.max_epochs; returns how it ended."""
+    log_path = mlperf_log.new_log_path(config.output_dir, config.model, config.seed) if dist.is_chief else None
+    log = mlperf_log.MLPerfLog(log_path)
+    progress = _Progress(config, dist.is_chief)
+    if log_path:
+        with open(log_path[:-len(".log")] + ".config.json", "w") as f:
+            f.write(config.to_json())
+        progress.say(f"MLLOG: {log_path}")
+    run_started = False
+    try:
+        log.event(C.CACHE_CLEAR, True)
+        log.start(C.INIT_START)
+        _log_run_info(log, config, workload, dist)
+        if config.ruleset == "0.5":
+            # v0.5: everything from model construction on is on the clock.
+            log.end(C.INIT_STOP)
+            log.start(C.RUN_START)
+            run_started, clock_start = True, time.time()
+        model, step = _build(config, workload, dist, manifest)
+        if not run_started:
+            # v0.6+: init is off the clock; the clock starts when training data is first touched.
+            log.end(C.INIT_STOP)
+            log.start(C.RUN_START)
+            run_started, clock_start = True, time.time()
+        result = _train(config, workload, dist, manifest, log, progress, step, clock_start)
+        log.end(C.RUN_STOP, metadata={"status": result.status})
+        result.log_path = log_path
+        return result
+    except BaseException:
+        if run_started:
+            log.end(C.RUN_STOP, metadata={"status": "aborted"})
+        raise
+    finally:
+        log.close()
+
+
+def _build(config, workload, dist, manifest):
+    import keras
+
+    from mlperf_keras import precision, steps
+
+    precision.set_policy(config.precision)
+    keras.utils.set_random_seed(config.seed)
+    model = workload.build_model(config)
+    steps_per_epoch = workload.steps_per_epoch(config, manifest)
+    optimizer = precision.wrap_optimizer(workload.build_optimizer(config, steps_per_epoch), config.precision)
+    dist.broadcast_variables(model.variables)
+    step = steps.make_train_step(model, optimizer, workload.loss, dist, jit_compile=config.jit_compile)
+    return model, step
+
+
+def _train(config, workload, dist, manifest, log, progress, step, clock_start) -> RunResult:
+    from mlperf_keras.inputs.manifest import verify_files
+
+    if manifest is not None:
+        verify_files(config.data_dir, manifest, progress=progress.say if dist.is_chief else None)
+        train = workload.train_data(config, dist, manifest)
+    else:
+        train = workload.synthetic_train_data(config, dist)
+    evaluator = workload.evaluator(config, dist, manifest)
+    log.event(C.TRAIN_SAMPLES, train.samples_per_epoch)
+    log.event(C.EVAL_SAMPLES, evaluator.num_samples)
+
+    eval_epochs = _eval_epochs(workload, config)
+    base = config.first_epoch_num
+    samples_per_step = config.global_batch_size
+    status, quality, throughputs = "aborted", None, []
+    progress.say(f"{train.steps_per_epoch} steps/epoch of global batch {config.global_batch_size}; target "
+                 f"{workload.metric_name} {config.quality_target}; evaluating after epochs "
+                 f"{[e + base for e in eval_epochs][:8]}{'...' if len(eval_epochs) > 8 else ''}")
+    epoch, block_first = 0, 0
+    for epoch in range(config.max_epochs):
+        if epoch == block_first:
+            block_end = next(e for e in eval_epochs if e >= epoch)
+            log.start(C.BLOCK_START, metadata={"first_epoch_num": epoch + base, "epoch_count": block_end - epoch + 1})
+        log.start(C.EPOCH_START, metadata={"epoch_num": epoch + base})
+        epoch_start = last_report = time.time()
+        loss = None
+        for i, (x, y) in enumerate(train.batches(epoch)):
+            loss = step(x, y)
+            now = time.time()
+            if now - last_report >= config.progress_seconds:
+                last_report = now
+                rate = (i + 1) * samples_per_step / (now - epoch_start)
+                progress.say(f"  epoch {epoch + base} step {i + 1}/{train.steps_per_epoch}  loss {float(loss):.4f}"
+                             f"  {rate:,.0f} samples/s")
+        epoch_loss = float(loss) if loss is not None else float("nan")  # also waits for the device to finish
+        epoch_seconds = time.time() - epoch_start
+        throughput = train.steps_per_epoch * samples_per_step / epoch_seconds
+        throughputs.append(throughput)
+        log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch + base})
+        log.event("tracked_stats", {"throughput": throughput, "loss": epoch_loss}, metadata={"epoch_num": epoch + base})
+
+        line = f"epoch {epoch + base} ({epoch + 1}/{config.max_epochs})  loss {epoch_loss:.4f}  {throughput:,.0f} samples/s"
+        if epoch == block_end:
+            step.sync_to_model()
+            log.start(C.EVAL_START, metadata={"epoch_num": epoch + base})
+            eval_start = time.time()
+            quality = evaluator.evaluate(step.predict)
+            log.event(C.EVAL_ACCURACY, workload.mllog_accuracy(quality, config), metadata={"epoch_num": epoch + base})
+            log.end(C.EVAL_STOP, metadata={"epoch_num": epoch + base})
+            log.end(C.BLOCK_STOP, metadata={"first_epoch_num": block_first + base})
+            block_first = epoch + 1
+            line += (f"  {workload.metric_name} {quality:.4f} (target {config.quality_target})"
+                     f"  eval {time.time() - eval_start:.1f} s")
+            if workload.target_reached(quality, config):
+                status = "success"
+        elapsed = time.time() - clock_start
+        remaining = (config.max_epochs - epoch - 1) * elapsed / (epoch + 1)
+        line += f"  elapsed {_hms(elapsed)}"
+        if status != "success" and epoch + 1 < config.max_epochs:
+            line += f"  ETA <= {_hms(remaining)} (max_epochs)"
+        progress.say(line)
+        if status == "success":
+            break
+    seconds = time.time() - clock_start
+    verdict = "reached the target" if status == "success" else f"stopped at max_epochs={config.max_epochs}"
+    progress.say(f"run_stop: {status} ({verdict}) after {epoch + 1} epochs, {_hms(seconds)}; "
+                 f"{workload.metric_name} {quality:.4f}" if quality is not None else f"run_stop: {status}")
+    return RunResult(status, epoch + 1, quality, None, seconds, sum(throughputs) / max(1, len(throughputs)))
+
+
+__all__ = ["RunResult", "run"]

@@ -1,0 +1,1 @@
+"""Quality metrics, computed as exact counts so they merge across workers by summation."""

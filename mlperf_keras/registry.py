@@ -1,0 +1,33 @@
+"""The one workload registry: MLPerf model names -> workload modules. A new workload is one module + one line here."""
+from __future__ import annotations
+
+import importlib
+
+from mlperf_keras.config import MODEL_NAMES, ConfigError
+
+# name -> (module, class); None = not built yet, with the issue that builds it.
+_WORKLOADS = {
+    "ncf": ("mlperf_keras.workloads.ncf", "NCF"),
+    "resnet": None,       # issue 4
+    "ssd": None,          # issue 5
+    "transformer": None,  # issue 6
+    "gnmt": None,         # reuses issue 6's text pipeline
+    "maskrcnn": None,     # reuses issue 5's COCO preparation
+}
+assert set(_WORKLOADS) == set(MODEL_NAMES)
+
+
+def available() -> list[str]:
+    return sorted(name for name, entry in _WORKLOADS.items() if entry)
+
+
+def get(name: str):
+    """An instance of the named workload, or a ConfigError that says what exists."""
+    if name not in _WORKLOADS:
+        raise ConfigError(f"unknown --model={name!r}; MLPerf workloads: {', '.join(MODEL_NAMES)}")
+    entry = _WORKLOADS[name]
+    if entry is None:
+        raise ConfigError(f"--model={name} is not built yet in this version of mlperf_keras; "
+                          f"built: {', '.join(available())}")
+    module, cls = entry
+    return getattr(importlib.import_module(module), cls)()

@@ -1,0 +1,95 @@
+"""Runs the official MLPerf compliance checker on one log, through its Python API.
+
+Same checks as `python -m mlperf_logging.compliance_checker --usage training --ruleset R LOG`, without
+a Python start-up per log. Each log is checked at the newest ruleset that knows its benchmark
+(rules.CHECKER_RULESET). No ruleset knows ncf: those logs are "unsupported", never "pass"; the
+checker's benchmark-independent rules are still run on them and reported as a detail. A checker that
+crashes (as it does for a ruleset lacking the benchmark) also means "unsupported".
+"""
+
+import logging
+import os
+import tempfile
+
+import yaml
+from mlperf_logging.compliance_checker import mlp_compliance
+
+from mlperf_keras.reporting import rules
+from mlperf_keras.reporting.records import Compliance
+
+_CHECKER_DIR = os.path.dirname(os.path.abspath(mlp_compliance.__file__))
+
+
+def check_log(path, benchmark):
+    """Compliance verdict for one log of a known benchmark."""
+    ruleset = rules.CHECKER_RULESET.get(benchmark)
+    if ruleset is None:
+        return _unsupported_with_common_rules(path, benchmark)
+    try:
+        valid, messages = _run_checker(path, ruleset, f"training_{ruleset}/common.yaml")
+    except Exception as error:  # noqa: BLE001 - the checker crashing is a verdict, not our failure
+        return Compliance("unsupported", ruleset, f"checker crashed at {ruleset}: {type(error).__name__}: {error}")
+    if valid:
+        return Compliance("pass", ruleset, "")
+    return Compliance("fail", ruleset, "; ".join(_summarize(m) for m in messages) or "checker said FAILED")
+
+
+def _unsupported_with_common_rules(path, benchmark):
+    base = f"no compliance-checker ruleset knows {benchmark}"
+    try:
+        valid, messages = _run_common_rules(path)
+    except Exception as error:  # noqa: BLE001
+        return Compliance("unsupported", None, f"{base}; common rules could not run: {error}")
+    if valid:
+        return Compliance("unsupported", None, f"{base}; common rules of {rules.COMMON_RULES_RULESET}: ok")
+    failed = "; ".join(_summarize(m) for m in messages)
+    return Compliance("unsupported", None, f"{base}; common rules of {rules.COMMON_RULES_RULESET} fail: {failed}")
+
+
+def _run_checker(path, ruleset, config):
+    """(valid, [messages]); the checker's own logging is silenced, its messages are returned."""
+    # The checker keeps a module-level queue of configs to run; a crash can leave entries behind.
+    mlp_compliance.enqueued_configs.clear()
+    checker = mlp_compliance.make_checker(usage="training", ruleset=ruleset, quiet=True, werror=False)
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        valid = checker.check_file(path, config)
+    finally:
+        logging.disable(previous)
+        mlp_compliance.enqueued_configs.clear()
+    messages = [*checker.overwritable.values(), *checker.not_overwritable]
+    return bool(valid), messages
+
+
+def _run_common_rules(path):
+    """The common.yaml rules of COMMON_RULES_RULESET, minus the benchmark-name and division-file parts."""
+    ruleset = rules.COMMON_RULES_RULESET
+    with open(os.path.join(_CHECKER_DIR, f"training_{ruleset}", "common.yaml")) as handle:
+        checks = yaml.safe_load(handle)
+    for check in checks:
+        key = check.get("KEY") if isinstance(check, dict) else None
+        if not key:
+            continue
+        if key.get("NAME") == "submission_benchmark":
+            key["CHECK"] = " v['value'] != '' "     # any benchmark name
+        if key.get("NAME") == "submission_division":
+            key.pop("POST", None)                  # would load closed_common.yaml: benchmark list again
+    with tempfile.TemporaryDirectory() as folder:
+        config = os.path.join(folder, "common_rules.yaml")
+        with open(config, "w") as handle:
+            yaml.safe_dump(checks, handle)
+        # An absolute config path survives the checker's os.path.join(checker_dir, config).
+        return _run_checker(path, ruleset, config)
+
+
+def _summarize(message):
+    """One line per failed rule: 'CHECK for 'x' failed in line 12 (failed test: ...)'."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0].rstrip(":")
+    failed_test = next((line for line in lines if line.startswith("failed test:")), None)
+    if failed_test and failed_test not in head:
+        return f"{head} ({failed_test})"
+    return head

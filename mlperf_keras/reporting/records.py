@@ -1,0 +1,69 @@
+"""The reporter's data: one run per log file, and the reasons a file was not used."""
+
+import dataclasses
+import os
+from typing import Optional
+
+
+@dataclasses.dataclass
+class Problem:
+    """Something wrong with one input, by file (or folder) name."""
+    path: str
+    reason: str
+    skipped: bool = True  # False: reported, but the run is still used
+
+
+@dataclasses.dataclass
+class Compliance:
+    """The official compliance checker's verdict on one log."""
+    status: str                     # "pass" | "fail" | "unsupported"
+    ruleset: Optional[str] = None   # the checker ruleset used, None if none applies
+    detail: str = ""                # failing rules, or why unsupported
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """What the reporter knows about one training run (one MLLOG file)."""
+    path: str
+    benchmark: str
+    run_start_ms: float
+    run_stop_ms: float
+    status: str                              # run_stop metadata status: "success" | "aborted" | ...
+    converged: bool
+    org: Optional[str] = None
+    division: Optional[str] = None
+    submission_status: Optional[str] = None  # onprem | cloud | research | preview
+    platform: Optional[str] = None           # submission_platform, e.g. "r740_t4"
+    accelerator_model: Optional[str] = None  # "NVIDIA T4", "cpu", or None if not logged
+    accelerator_count: Optional[int] = None  # total over all workers; 0 for cpu
+    accelerator_memory_gb: Optional[float] = None
+    num_workers: Optional[int] = None
+    host_cpu: Optional[str] = None
+    host_memory_gb: Optional[float] = None
+    framework: Optional[str] = None
+    keras_backend: Optional[str] = None
+    ruleset: Optional[str] = None            # "0.5" | "0.6" | "0.7" ..., None if not logged
+    seed: Optional[int] = None
+    global_batch_size: Optional[float] = None
+    quality_target: Optional[float] = None   # the target the run stopped at (may be a demo target)
+    mlperf_target: Optional[object] = None   # the round's official target
+    quality_curve: list = dataclasses.field(default_factory=list)  # [(epoch_num, value), ...]
+    epochs_to_converge: Optional[float] = None
+    throughput: Optional[float] = None       # samples per second, whole job
+    throughput_source: Optional[str] = None
+    # Derived identity (see systems.py).
+    system: str = ""
+    gpu_type: str = "unknown"
+    device_count: Optional[int] = None       # GPUs, or CPU workers for cpu runs: the scaling axis
+    family: str = ""                         # system without the count: what speedups compare
+    missing: list = dataclasses.field(default_factory=list)   # keys the log did not have
+    notes: list = dataclasses.field(default_factory=list)
+    compliance: Optional[Compliance] = None
+
+    @property
+    def time_to_train_min(self):
+        return (self.run_stop_ms - self.run_start_ms) / 60000.0
+
+    @property
+    def file_name(self):
+        return os.path.basename(self.path)

@@ -1,0 +1,90 @@
+"""MLPerf Training rules the reporter applies: benchmarks, runs per result, targets, checker rulesets.
+
+Sources: /work/shared/MLPERF.md (rounds v0.5-v0.7) and the installed mlperf-logging package
+(`benchmark_meta._ALL_RESULT_FILE_COUNTS`, the compliance checker's `training_<ruleset>` folders).
+Kept as plain tables so a reader can check each number against its source.
+"""
+
+KNOWN_BENCHMARKS = ("resnet", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
+
+# Runs that make one result. NCF differs by round: in v0.5 a submitter ran up to 100 runs and the
+# first 50 that converged made the result (MLPERF.md section 2); mlperf-logging's table says 10,
+# which is what its package checker expects for any later ruleset.
+_RUNS_PER_RESULT = {"resnet": 5, "ssd": 5, "maskrcnn": 5, "gnmt": 10, "transformer": 10, "ncf": 10}
+_NCF_V05_CONVERGED_RUNS = 50
+_NCF_V05_MAX_ATTEMPTS = 100
+
+# Olympic scoring drops the fastest and the slowest run. From v0.7 one non-converged run may stand
+# in for the slowest; two invalidate the result (MLPERF.md; result_summarizer's max_dropped_scores=1).
+MAX_NON_CONVERGED = 1
+
+# The newest compliance-checker ruleset whose config knows each benchmark *as this project trains it*
+# ("ssd" in 2.0+ is RetinaNet, so SSD-ResNet34 stops at 1.0.0). None: no ruleset knows it.
+CHECKER_RULESET = {
+    "resnet": "4.0.0",
+    "ssd": "1.0.0",
+    "maskrcnn": "3.1.0",
+    "gnmt": "0.7.0",
+    "transformer": "0.7.0",
+    "ncf": None,
+}
+# For benchmarks no ruleset knows, the common (benchmark-independent) rules of this ruleset are
+# still checked so the report can say whether the log is well formed.
+COMMON_RULES_RULESET = "0.7.0"
+
+# MLPerf quality targets per round (MLPERF.md section 1). v0.7 logs BLEU as a fraction; Mask R-CNN's
+# target is box and mask mAP together.
+_TARGETS = {
+    "0.5": {"resnet": 0.749, "ssd": 0.212, "maskrcnn": {"BBOX": 0.377, "SEGM": 0.339},
+            "gnmt": 21.8, "transformer": 25.0, "ncf": 0.635},
+    "0.6": {"resnet": 0.759, "ssd": 0.23, "maskrcnn": {"BBOX": 0.377, "SEGM": 0.339},
+            "gnmt": 24.0, "transformer": 25.0},
+    "0.7": {"resnet": 0.759, "ssd": 0.23, "maskrcnn": {"BBOX": 0.377, "SEGM": 0.339},
+            "gnmt": 0.24, "transformer": 0.25},
+}
+
+
+def short_ruleset(ruleset):
+    """'0.7.0' / '0.7' / 0.7 -> '0.7'; None stays None."""
+    if ruleset is None:
+        return None
+    parts = str(ruleset).strip().split(".")
+    return ".".join(parts[:2])
+
+
+def is_ncf_v05(benchmark, ruleset):
+    # NCF logs without a ruleset are v0.5 logs: NCF was not run in v0.6 and was removed in v0.7.
+    return benchmark == "ncf" and short_ruleset(ruleset) in (None, "0.5")
+
+
+def runs_per_result(benchmark, ruleset):
+    """How many (converged, for NCF v0.5) runs one MLPerf result needs."""
+    if is_ncf_v05(benchmark, ruleset):
+        return _NCF_V05_CONVERGED_RUNS
+    return _RUNS_PER_RESULT[benchmark]
+
+
+def max_attempts(benchmark, ruleset):
+    """How many runs may be looked at to build one result (the first ones, in time order)."""
+    if is_ncf_v05(benchmark, ruleset):
+        return _NCF_V05_MAX_ATTEMPTS
+    return _RUNS_PER_RESULT[benchmark]
+
+
+def max_non_converged(benchmark, ruleset):
+    if is_ncf_v05(benchmark, ruleset):
+        return _NCF_V05_MAX_ATTEMPTS - _NCF_V05_CONVERGED_RUNS
+    return MAX_NON_CONVERGED
+
+
+def mlperf_target(benchmark, ruleset):
+    """The MLPerf quality target (float, or dict for maskrcnn), or None if the round is unknown."""
+    return _TARGETS.get(short_ruleset(ruleset), {}).get(benchmark)
+
+
+def epochs_zero_based(ruleset):
+    """Epochs are numbered from 0 in v0.5/v0.6 and from 1 from v0.7 on; None if unknown."""
+    short = short_ruleset(ruleset)
+    if short is None:
+        return None
+    return short in ("0.5", "0.6")

@@ -1,0 +1,114 @@
+"""Compiled train and predict steps for the active Keras backend.
+
+The loop calls `TrainStep(x, y)` per batch and `predict(x)` during evaluation; how that is compiled (tf.function +
+XLA on TensorFlow, jax.jit on JAX) and where gradients are averaged lives here and in distribute.py only.
+"""
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+
+def make_train_step(model, optimizer, loss_fn, dist, jit_compile: bool = True):
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return _TensorFlowTrainStep(model, optimizer, loss_fn, dist, jit_compile)
+    if backend == "jax":
+        return _JaxTrainStep(model, optimizer, loss_fn, dist, jit_compile)
+    raise RuntimeError(f"Keras backend {backend!r} is not supported; use tensorflow or jax")
+
+
+class _TensorFlowTrainStep:
+    def __init__(self, model, optimizer, loss_fn, dist, jit_compile):
+        import tensorflow as tf
+
+        self.model, self.optimizer = model, optimizer
+        variables = model.trainable_variables
+        optimizer.build(variables)
+
+        def gradients(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+                scaled = optimizer.scale_loss(loss)
+            return loss, tape.gradient(scaled, variables)
+
+        if dist.world_size == 1:
+            @tf.function(jit_compile=jit_compile)
+            def step(x, y):
+                loss, grads = gradients(x, y)
+                optimizer.apply(grads, variables)
+                return loss
+            self._step = step
+        else:
+            # Collective ops have no XLA kernel: compile the maths, average outside the compiled function.
+            compiled_gradients = tf.function(gradients, jit_compile=jit_compile)
+
+            @tf.function
+            def step(x, y):
+                loss, grads = compiled_gradients(x, y)
+                optimizer.apply(dist.average_gradients(grads), variables)
+                return loss
+            self._step = step
+        self._predict = tf.function(lambda x: model(x, training=False), jit_compile=jit_compile)
+
+    def __call__(self, x, y):
+        return self._step(x, y)
+
+    def predict(self, x) -> np.ndarray:
+        return np.asarray(self._predict(x), dtype=np.float32)
+
+    def sync_to_model(self):
+        """Variables are updated in place on TensorFlow."""
+
+
+class _JaxTrainStep:
+    """Pure-function training: state lives in jax arrays between steps and is written back on sync_to_model()."""
+
+    def __init__(self, model, optimizer, loss_fn, dist, jit_compile):
+        import jax
+
+        del dist  # DataParallel shards the batch and inserts the gradient all-reduce inside jit
+        self.model, self.optimizer = model, optimizer
+        optimizer.build(model.trainable_variables)
+
+        def compute_loss(trainable, non_trainable, x, y):
+            pred, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
+            return loss_fn(y, pred), non_trainable
+
+        grad_fn = jax.value_and_grad(compute_loss, has_aux=True)
+
+        def step(state, x, y):
+            trainable, non_trainable, opt_vars = state
+            (loss, non_trainable), grads = grad_fn(trainable, non_trainable, x, y)
+            trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
+            return loss, (trainable, non_trainable, opt_vars)
+
+        def predict(trainable, non_trainable, x):
+            return model.stateless_call(trainable, non_trainable, x, training=False)[0]
+
+        wrap = (lambda f, **kw: jax.jit(f, **kw)) if jit_compile else (lambda f, **kw: f)
+        self._step = wrap(step, donate_argnums=(0,))
+        self._predict = wrap(predict)
+        self._state = self._read_state()
+
+    def _read_state(self):
+        return ([v.value for v in self.model.trainable_variables],
+                [v.value for v in self.model.non_trainable_variables],
+                [v.value for v in self.optimizer.variables])
+
+    def __call__(self, x, y):
+        loss, self._state = self._step(self._state, x, y)
+        return loss
+
+    def predict(self, x) -> np.ndarray:
+        trainable, non_trainable, _ = self._state
+        return np.asarray(self._predict(trainable, non_trainable, x), dtype=np.float32)
+
+    def sync_to_model(self):
+        trainable, non_trainable, opt_vars = self._state
+        for var, value in zip(self.model.trainable_variables, trainable):
+            var.assign(value)
+        for var, value in zip(self.model.non_trainable_variables, non_trainable):
+            var.assign(value)
+        for var, value in zip(self.optimizer.variables, opt_vars):
+            var.assign(value)

@@ -1,0 +1,62 @@
+"""What machine a run is on: accelerator model/count/memory, CPU, host memory, and peak FLOP/s tables.
+
+Read from nvidia-smi and /proc, never from a framework, so the reporter and JAX-only machines can use it too.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+
+# Dense peak TFLOP/s per accelerator, by (model substring, precision); for "fraction of peak" in benchmarks.
+PEAK_TFLOPS = {
+    "T4": {"fp32": 8.1, "fp16": 65.0, "bf16": 65.0},
+    "V100": {"fp32": 14.0, "fp16": 112.0, "bf16": 112.0},   # PCIe; SXM2 is 15.7 / 125
+    "A100": {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0},
+    "H100": {"fp32": 67.0, "fp16": 989.0, "bf16": 989.0},
+    "H200": {"fp32": 67.0, "fp16": 989.0, "bf16": 989.0},
+}
+
+
+def detect_accelerators() -> tuple[str, int, float | None]:
+    """(model, count visible to this process, memory GB) from nvidia-smi; ("cpu", 0, None) without GPUs."""
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=20, check=True).stdout
+            rows = [line.split(",") for line in out.strip().splitlines() if line.strip()]
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if visible is not None:
+                wanted = [v for v in visible.split(",") if v.strip()]
+                rows = [rows[int(v)] for v in wanted if v.strip().isdigit() and int(v) < len(rows)] or rows
+            if rows:
+                return rows[0][0].strip(), len(rows), round(float(rows[0][1]) / 1024, 1)
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            pass
+    return "cpu", 0, None
+
+
+def host_cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} x {os.cpu_count()}"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} x {os.cpu_count()}"
+
+
+def host_memory_gb() -> float:
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+def peak_tflops(model: str, precision: str) -> float | None:
+    for key, table in PEAK_TFLOPS.items():
+        if key in model.upper():
+            return table[precision]
+    return None

@@ -1,0 +1,190 @@
+"""python -m mlperf_keras.train --model=ncf [--data_dir=D] [--flagfile=flags/r740_t4.flags] [--seed=N] ...
+
+Trains one MLPerf workload to its quality target and writes one MLLOG file (plus the resolved config) per run.
+Without --data_dir (and without --synthetic) it runs a small built-in demo: data generated in the official raw
+format, prepared by data_prep and trained to a demo target. Under horovodrun each process is one worker.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+
+from absl import app, flags
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of progress output
+
+from mlperf_keras.config import MODEL_NAMES, PRECISIONS, RULESETS, ConfigError
+
+flags.DEFINE_enum("model", "ncf", list(MODEL_NAMES), "The MLPerf workload to train.")
+flags.DEFINE_string("data_dir", None, "A dataset prepared by python -m data_prep.<dataset>. Without it: the "
+                    "built-in demo (or --synthetic data).")
+flags.DEFINE_string("output_dir", "runs", "Where the MLLOG file and resolved config of each run are written "
+                    "(a new file per run; nothing is overwritten).")
+flags.DEFINE_integer("seed", None, "Random seed of the run (MLPerf: every run of a result a different seed). "
+                     "Default: a fresh random seed, printed and logged.")
+flags.DEFINE_enum("ruleset", "0.5", list(RULESETS), "MLPerf round: quality target, eval cadence, epoch numbering.")
+flags.DEFINE_enum("precision", "fp32", list(PRECISIONS), "fp32, or mixed precision fp16 (loss scaling) / bf16.")
+flags.DEFINE_integer("batch_size", None, "Global batch size (all workers). Default: the workload's reference "
+                     "global batch, or --batch_per_accelerator x workers where the preset sets one.")
+flags.DEFINE_list("batch_per_accelerator", [], "Per-worker batch by model that fits one accelerator, as "
+                  "model=N pairs (hardware presets set this), e.g. resnet=256,ssd=32.")
+flags.DEFINE_integer("max_epochs", None, "Stop after this many epochs if the target is not reached "
+                     "(run_stop status aborted). Default: per workload.")
+flags.DEFINE_string("hparams", "", "Override workload hyperparameters: key=value,key=value. An unknown key "
+                    "lists the valid ones; --dry_run shows them all.")
+flags.DEFINE_bool("synthetic", False, "Random data of the real shapes: measures model and loop, not quality.")
+flags.DEFINE_bool("dry_run", False, "Print the resolved configuration, the parameter count, the global batch and "
+                  "steps per epoch, then exit without touching data.")
+flags.DEFINE_enum("backend", None, ["tensorflow", "jax"], "Keras backend (default: $KERAS_BACKEND or tensorflow). "
+                  "Real data needs tensorflow or numpy inputs; jax runs --synthetic without TensorFlow.")
+flags.DEFINE_bool("jit_compile", True, "Compile train and predict steps with XLA.")
+flags.DEFINE_string("platform", None, "submission_platform: the system's name, e.g. r740_t4 (presets set it). "
+                    "Default: the detected accelerator, or cpu.")
+flags.DEFINE_string("org", "mlperf_keras", "submission_org.")
+flags.DEFINE_enum("division", "closed", ["closed", "open"], "submission_division.")
+flags.DEFINE_enum("status", "onprem", ["onprem", "cloud", "preview", "research"], "submission_status.")
+flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one accelerator at --precision (default: known table).")
+flags.DEFINE_integer("eval_offset", 0, "Shift the eval cadence by this many epochs (resnet allows 0-3).")
+flags.DEFINE_float("progress_seconds", 30.0, "Print an in-epoch progress line at most this often.")
+flags.DEFINE_string("cache_dir", os.path.join(os.path.expanduser("~"), ".cache", "mlperf_keras"),
+                    "Where the demo data is generated and prepared (once).")
+FLAGS = flags.FLAGS
+
+
+def _preset_batch(model: str, pairs: list[str]) -> int | None:
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if not value.strip().isdigit():
+            raise ConfigError(f"--batch_per_accelerator item {pair!r} is not model=N")
+        if name.strip() == model:
+            return int(value)
+    return None
+
+
+def build_config(values, workload, dist, manifest: dict | None, demo: bool):
+    """Flags (absl FlagValues or any object with the same attributes) -> the frozen RunConfig."""
+    from mlperf_keras import system
+    from mlperf_keras.config import RunConfig, SystemInfo, parse_hparams, quality_target
+
+    defaults = {**workload.reference_hparams(values.ruleset), **workload.dataset_hparams(manifest)}
+    if demo:
+        defaults.update(workload.demo_hparams)
+    hparams = parse_hparams(values.hparams, defaults)
+    if values.batch_size is not None:
+        global_batch = values.batch_size
+    else:
+        preset = _preset_batch(values.model, values.batch_per_accelerator)
+        global_batch = workload.default_global_batch(hparams, dist.world_size, preset)
+    if global_batch <= 0:
+        raise ConfigError(f"--batch_size must be positive, got {global_batch}")
+    model_name, count, memory = system.detect_accelerators()
+    platform = values.platform or (model_name.replace(" ", "_").lower() if count else "cpu")
+    peak = values.peak_tflops or (system.peak_tflops(model_name, values.precision) if count else None)
+    seed = values.seed if values.seed is not None else secrets.randbelow(2**31)
+    return RunConfig(
+        model=values.model, ruleset=values.ruleset, seed=seed, precision=values.precision,
+        global_batch_size=global_batch,
+        max_epochs=values.max_epochs or workload.default_max_epochs,
+        hparams=hparams,
+        quality_target=workload.demo_target if demo else quality_target(values.model, values.ruleset),
+        data_dir=values.data_dir, output_dir=values.output_dir, synthetic=values.synthetic, demo=demo,
+        num_workers=dist.world_size, backend=_backend(), jit_compile=values.jit_compile,
+        submission_org=values.org, submission_division=values.division, submission_status=values.status,
+        system=SystemInfo(platform=platform, accelerator_model=model_name, accelerators_per_worker=min(count, 1),
+                          accelerator_memory_gb=memory, host_cpu=system.host_cpu(),
+                          host_memory_gb=system.host_memory_gb(), peak_tflops=peak),
+        eval_offset=values.eval_offset, progress_seconds=values.progress_seconds)
+
+
+def _backend() -> str:
+    import keras
+
+    return keras.backend.backend()
+
+
+def resolve(values, dist, say=print):
+    """The workload, its manifest (None for synthetic data) and the config, from flag values."""
+    from mlperf_keras import registry
+    from mlperf_keras.inputs.manifest import read_manifest
+
+    workload = registry.get(values.model)
+    demo = values.data_dir is None and not values.synthetic and not values.dry_run
+    manifest = None
+    if values.data_dir is not None and values.synthetic:
+        raise ConfigError("--synthetic and --data_dir exclude each other")
+    if demo:
+        if dist.is_chief:
+            say(f"DEMO: no --data_dir given, so this runs the built-in {values.model} demo: small generated data in "
+                f"the official raw format, a reduced model and a demo target. It is not an MLPerf result; for that, "
+                f"prepare the real data ({workload.prepare_command}) and pass --data_dir.")
+        data_dir = workload.prepare_demo(values.cache_dir, log=say if dist.is_chief else (lambda _: None))
+        values = _with(values, data_dir=data_dir)
+    if values.data_dir is not None:
+        manifest = read_manifest(values.data_dir, workload.name)
+    return workload, manifest, build_config(values, workload, dist, manifest, demo)
+
+
+class _Values:
+    """A copy of flag values with some replaced (absl FlagValues are global and stay untouched)."""
+
+    def __init__(self, base, **changes):
+        self._base, self._changes = base, changes
+
+    def __getattr__(self, name):
+        return self._changes[name] if name in self._changes else getattr(self._base, name)
+
+
+def _with(values, **changes):
+    return _Values(values, **changes)
+
+
+def dry_run(config, workload, manifest) -> None:
+    from mlperf_keras import precision
+
+    precision.set_policy(config.precision)
+    model = workload.build_model(config)
+    params = sum(int(w.numpy().size) if hasattr(w, "numpy") else int(w.size) for w in model.trainable_weights)
+    print(config.to_json())
+    print(f"parameters: {params}")
+    print(f"global batch: {config.global_batch_size} ({config.per_worker_batch_size} per worker x "
+          f"{config.num_workers} workers)")
+    print(f"steps per epoch: {workload.steps_per_epoch(config, manifest)}")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.backend:
+        os.environ["KERAS_BACKEND"] = FLAGS.backend
+    from mlperf_keras import distribute
+    from mlperf_keras.inputs.manifest import DataError
+
+    try:
+        dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"))
+        workload, manifest, config = resolve(FLAGS, dist)
+        if FLAGS.dry_run:
+            dry_run(config, workload, manifest)
+            return 0
+        if dist.is_chief:
+            print(f"[{config.model}] seed {config.seed}, {dist.describe()}, backend {config.backend}, "
+                  f"precision {config.precision}, ruleset {config.ruleset}", flush=True)
+        from mlperf_keras import loop
+
+        result = loop.run(config, workload, dist, manifest)
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if dist.is_chief:
+        print(json.dumps({"status": result.status, "epochs": result.epochs, "quality": result.quality,
+                          "minutes": round(result.seconds / 60, 3), "log": result.log_path}), flush=True)
+    return 0
+
+
+def run_main():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run_main()

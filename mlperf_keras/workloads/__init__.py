@@ -1,0 +1,1 @@
+"""One module per MLPerf workload, each implementing workloads.base.Workload."""

@@ -1,0 +1,100 @@
+"""The workload contract (DESIGN.md seam 1): what the one training loop needs from each of the six workloads.
+
+A workload module defines one subclass of Workload and nothing in the loop asks which workload it runs.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, Iterator
+
+from mlperf_keras.config import RunConfig
+
+
+class TrainData(abc.ABC):
+    """The training stream of one worker."""
+    steps_per_epoch: int
+    samples_per_epoch: int  # global: all workers together
+
+    @abc.abstractmethod
+    def batches(self, epoch: int) -> Iterator[tuple[Any, Any]]:
+        """The (inputs, labels) batches of one epoch for this worker; exactly steps_per_epoch of them."""
+
+
+class Evaluator(abc.ABC):
+    """Computes the quality metric over the whole eval set, merged exactly across workers."""
+    num_samples: int  # global eval-set size, logged as eval_samples
+
+    @abc.abstractmethod
+    def evaluate(self, predict: Callable) -> float:
+        """predict(inputs) -> numpy scores. Returns the metric, identical on every worker."""
+
+
+class Workload(abc.ABC):
+    name: str                 # the MLLOG benchmark name (submission_benchmark)
+    metric_name: str          # how progress lines name the quality metric
+    dataset_name: str         # what data_prep writes into the manifest's "dataset"
+    prepare_command: str      # how a user prepares its data
+
+    @abc.abstractmethod
+    def reference_hparams(self, ruleset: str) -> dict:
+        """The reference hyperparameters for a ruleset: every key --hparams may override."""
+
+    def dataset_hparams(self, manifest: dict | None) -> dict:
+        """Hyperparameters that follow from the prepared data (vocabulary, users...); defaults when None."""
+        return {}
+
+    default_max_epochs: int = 50
+
+    @abc.abstractmethod
+    def default_global_batch(self, hparams: dict, num_workers: int, per_worker_preset: int | None) -> int:
+        """The global batch when --batch_size is not given; per_worker_preset comes from a hardware flagfile."""
+
+    def eval_due(self, epoch_index: int, config: RunConfig) -> bool:
+        """Evaluate after this epoch (0-based)? Default: every epoch, as most references do."""
+        return True
+
+    @abc.abstractmethod
+    def build_model(self, config: RunConfig):
+        """A keras.Model written with keras.layers/keras.ops only (runs on TensorFlow and JAX)."""
+
+    @abc.abstractmethod
+    def build_optimizer(self, config: RunConfig, steps_per_epoch: int):
+        ...
+
+    @abc.abstractmethod
+    def loss(self, y_true, y_pred):
+        """The training loss, in keras.ops."""
+
+    @abc.abstractmethod
+    def train_data(self, config: RunConfig, dist, manifest: dict) -> TrainData:
+        ...
+
+    @abc.abstractmethod
+    def synthetic_train_data(self, config: RunConfig, dist) -> TrainData:
+        """Same shapes and dtypes as train_data, random content: measures the model, not the data."""
+
+    @abc.abstractmethod
+    def evaluator(self, config: RunConfig, dist, manifest: dict | None) -> Evaluator:
+        """The real eval set, or a synthetic one when manifest is None."""
+
+    def steps_per_epoch(self, config: RunConfig, manifest: dict | None) -> int:
+        """Computed from counts alone (the manifest, or the reference dataset's sizes), for --dry_run."""
+        raise NotImplementedError
+
+    def mllog_accuracy(self, metric: float, config: RunConfig):
+        """The eval_accuracy value as the ruleset logs it (e.g. BLEU as a fraction from v0.7 on)."""
+        return metric
+
+    def target_reached(self, metric, config: RunConfig) -> bool:
+        return metric >= config.quality_target
+
+    @abc.abstractmethod
+    def mllog_hparams(self, config: RunConfig) -> dict:
+        """The MLLOG hyperparameter keys the ruleset demands, with their values."""
+
+    # The built-in demo: small raw data generated in the official format, prepared by data_prep.
+    demo_target: float
+    demo_hparams: dict = {}
+
+    def prepare_demo(self, cache_dir: str, log=print) -> str:
+        raise NotImplementedError(f"{self.name} has no built-in demo data yet")

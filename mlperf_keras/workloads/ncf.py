@@ -1,0 +1,188 @@
+"""NCF: NeuMF on MovieLens-20M, HR@10 over 1 positive + 999 negatives per user (MLPerf v0.5 recommendation).
+
+Model as the reference neumf.py: GMF (user x item embeddings of mf_dim, elementwise product) beside an MLP over the
+concatenated user/item embeddings (mlp_layers[0]/2 each) with ReLU layers mlp_layers[1:], one logit over the
+concatenation of both branches. Embeddings N(0, 0.01); MLP Glorot-uniform; output LeCun-uniform.
+Hyperparameters: NVIDIA's v0.5 submission (global batch 1,048,576 kept fixed for any GPU count, Adam lr 0.0045,
+beta1 0.25, beta2 0.5, eps 1e-8), 4 negatives per positive redrawn every epoch.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from mlperf_keras.inputs import ncf as ncf_input
+from mlperf_keras.inputs.manifest import read_manifest
+from mlperf_keras.metrics.ranking import hits_at_k
+from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+
+# ml-20m after the reference filtering (MLPERF.md section 3), for --dry_run and --synthetic without data.
+ML20M = {"num_users": 138_493, "num_items": 26_744, "train_positives": 20_000_263 - 138_493,
+         "eval_negatives": 999}
+
+
+class NCF(Workload):
+    name = "ncf"
+    metric_name = "HR@10"
+    dataset_name = "movielens-20m"
+    prepare_command = "python -m data_prep.movielens --raw_dir=RAW --output_dir=DATA"
+    default_max_epochs = 30
+    demo_target = 0.40
+    demo_hparams = {"mf_dim": 16, "mlp_layers": (64, 64, 32, 16), "learning_rate": 0.002,
+                    "beta_1": 0.9, "beta_2": 0.999, "batch_size": 16_384}
+
+    def reference_hparams(self, ruleset: str) -> dict:
+        return {
+            "mf_dim": 64,
+            "mlp_layers": (256, 256, 128, 64),
+            "negatives": 4,
+            "learning_rate": 0.0045,
+            "beta_1": 0.25,
+            "beta_2": 0.5,
+            "epsilon": 1e-8,
+            "batch_size": 1_048_576,      # global, fixed across GPU counts as NVIDIA ran it
+            "eval_batch_size": 1_048_576,  # candidates scored per predict call on one worker
+            "top_k": 10,
+            **ML20M,
+        }
+
+    def dataset_hparams(self, manifest):
+        if manifest is None:
+            return {}
+        counts = manifest["counts"]
+        return {"num_users": counts["num_users"], "num_items": counts["num_items"],
+                "train_positives": counts["train_positives"], "eval_negatives": counts["eval_negatives"]}
+
+    def default_global_batch(self, hparams, num_workers, per_worker_preset):
+        return hparams["batch_size"]  # NVIDIA kept the global batch fixed for every GPU count
+
+    def build_model(self, config):
+        import keras
+
+        hp = config.hparams
+        if hp["mlp_layers"][0] % 2:
+            raise ValueError("mlp_layers[0] is the concatenated user+item embedding width and must be even")
+        embed_init = keras.initializers.RandomNormal(stddev=0.01, seed=config.seed)
+        users = keras.Input(shape=(), dtype="int32", name="user")
+        items = keras.Input(shape=(), dtype="int32", name="item")
+
+        def embedding(count, dim, name):
+            return keras.layers.Embedding(count, dim, embeddings_initializer=embed_init, name=name)
+
+        mf = keras.layers.Multiply(name="gmf")([
+            embedding(hp["num_users"], hp["mf_dim"], "mf_user_embed")(users),
+            embedding(hp["num_items"], hp["mf_dim"], "mf_item_embed")(items)])
+        half = hp["mlp_layers"][0] // 2
+        mlp = keras.layers.Concatenate(name="mlp_input")([
+            embedding(hp["num_users"], half, "mlp_user_embed")(users),
+            embedding(hp["num_items"], half, "mlp_item_embed")(items)])
+        for i, width in enumerate(hp["mlp_layers"][1:]):
+            mlp = keras.layers.Dense(width, activation="relu", name=f"mlp_{i}",
+                                     kernel_initializer=keras.initializers.GlorotUniform(seed=config.seed + i))(mlp)
+        both = keras.layers.Concatenate(name="neumf")([mf, mlp])
+        logit = keras.layers.Dense(1, name="final", dtype="float32",
+                                   kernel_initializer=keras.initializers.LecunUniform(seed=config.seed))(both)
+        logit = keras.layers.Reshape((), name="logit")(logit)
+        return keras.Model({"user": users, "item": items}, logit, name="neumf")
+
+    def build_optimizer(self, config, steps_per_epoch):
+        import keras
+
+        hp = config.hparams
+        return keras.optimizers.Adam(learning_rate=hp["learning_rate"], beta_1=hp["beta_1"],
+                                     beta_2=hp["beta_2"], epsilon=hp["epsilon"])
+
+    def loss(self, y_true, y_pred):
+        import keras
+
+        return keras.ops.mean(keras.ops.binary_crossentropy(y_true, keras.ops.cast(y_pred, "float32"),
+                                                            from_logits=True))
+
+    def steps_per_epoch(self, config, manifest):
+        hp = config.hparams
+        if manifest is None:
+            per_worker = [hp["train_positives"] // config.num_workers] * config.num_workers
+        else:
+            files = [f for f in manifest["files"] if f["split"] == "train"]
+            per_worker = [sum(f["rows"] for f in files[r::config.num_workers]) for r in range(config.num_workers)]
+        return ncf_input.steps_per_epoch(per_worker, hp["negatives"], config.per_worker_batch_size)
+
+    def train_data(self, config, dist, manifest):
+        files = ncf_input.worker_files(manifest, "train", dist.rank, dist.world_size)
+        positives = ncf_input.load_rows(config.data_dir, files, columns=2)
+        return _NcfTrainData(config, positives, self.steps_per_epoch(config, manifest), dist.rank)
+
+    def synthetic_train_data(self, config, dist):
+        hp = config.hparams
+        per_user = max(1, hp["train_positives"] // hp["num_users"])
+        users = hp["num_users"] // dist.world_size
+        positives = ncf_input.synthetic_positives(users, hp["num_items"], per_user, config.seed + dist.rank)
+        return _NcfTrainData(config, positives, self.steps_per_epoch(config, None), dist.rank)
+
+    def evaluator(self, config, dist, manifest):
+        hp = config.hparams
+        if manifest is None:
+            rows = ncf_input.synthetic_eval_rows(hp["num_users"] // dist.world_size, hp["num_items"],
+                                                 hp["eval_negatives"], config.seed)
+            total = rows.shape[0] * dist.world_size
+        else:
+            files = ncf_input.worker_files(manifest, "eval", dist.rank, dist.world_size)
+            rows = ncf_input.load_rows(config.data_dir, files, columns=2 + manifest["counts"]["eval_negatives"])
+            total = manifest["counts"]["eval_users"]
+        return _HitRateEvaluator(ncf_input.EvalSet(rows), total, hp["top_k"], hp["eval_batch_size"], dist)
+
+    def mllog_hparams(self, config):
+        hp = config.hparams
+        return {"opt_name": "adam", "opt_base_learning_rate": hp["learning_rate"],
+                "opt_adam_beta_1": hp["beta_1"], "opt_adam_beta_2": hp["beta_2"],
+                "opt_adam_epsilon": hp["epsilon"],
+                "input_hp_num_neg": hp["negatives"], "eval_hp_num_neg": hp["eval_negatives"],
+                "eval_hp_num_users": hp["num_users"]}
+
+    def prepare_demo(self, cache_dir, log=print):
+        from data_prep import demo_movielens, movielens
+        from mlperf_keras.inputs.manifest import DataError
+
+        prepared = os.path.join(cache_dir, "ncf", "prepared")
+        try:
+            read_manifest(prepared, self.name)
+            return prepared
+        except DataError:
+            pass
+        raw = os.path.join(cache_dir, "ncf", "raw")
+        log(f"demo: generating a small MovieLens-format ratings.csv under {raw}")
+        demo_movielens.write_ratings_csv(os.path.join(raw, "ml-20m", "ratings.csv"),
+                                         num_users=2000, num_items=2000, seed=2020)
+        movielens.prepare(raw, prepared, overwrite=True, log=lambda msg: log(f"demo: {msg}"))
+        return prepared
+
+
+class _NcfTrainData(TrainData):
+    def __init__(self, config, positives, steps, rank):
+        hp = config.hparams
+        self.sampler = ncf_input.TrainSampler(positives, hp["num_items"], hp["negatives"], config.seed, rank)
+        self.steps_per_epoch = steps
+        self.samples_per_epoch = hp["train_positives"] * (1 + hp["negatives"])
+        self.batch = config.per_worker_batch_size
+
+    def batches(self, epoch):
+        for (users, items), labels in self.sampler.batches(epoch, self.batch, self.steps_per_epoch):
+            yield {"user": users, "item": items}, labels
+
+
+class _HitRateEvaluator(Evaluator):
+    def __init__(self, eval_set, total_users, k, batch, dist):
+        self.eval_set, self.num_samples, self.k, self.dist = eval_set, total_users, k, dist
+        width = eval_set.rows.shape[1] - 1
+        self.users_per_call = max(1, batch // width)
+
+    def evaluate(self, predict):
+        hits = 0
+        for lo in range(0, self.eval_set.num_users, self.users_per_call):
+            hi = min(lo + self.users_per_call, self.eval_set.num_users)
+            users, items, width = self.eval_set.candidates(lo, hi)
+            scores = predict({"user": users, "item": items}).reshape(hi - lo, width)
+            hits += hits_at_k(scores, self.k)
+        merged_hits, merged_users = self.dist.sum_across_workers([hits, self.eval_set.num_users])
+        return float(merged_hits / merged_users)
