@@ -7,8 +7,12 @@ checker's benchmark-independent rules are still run on them and reported as a de
 crashes (as it does for a ruleset lacking the benchmark) also means "unsupported".
 """
 
+import atexit
+import copy
+import functools
 import logging
 import os
+import shutil
 import tempfile
 
 import yaml
@@ -46,24 +50,59 @@ def _unsupported_with_common_rules(path, benchmark):
     return Compliance("unsupported", None, f"{base}; common rules of {rules.COMMON_RULES_RULESET} fail: {failed}")
 
 
+class _ParsedOnceYaml:
+    """Stands in for the yaml module inside the checker: the same parse, done once per config file.
+
+    The checker re-reads 2-4 YAML configs for every log, which is most of its run time; a report
+    checks hundreds of logs. Results are deep-copied so no check can change another's config. If a
+    future mlperf-logging stops calling `yaml.load` through its module, this just stops helping.
+    """
+
+    def __init__(self):
+        self._parsed = {}
+
+    def load(self, stream, Loader):  # noqa: N803 - yaml's own argument name
+        name = getattr(stream, "name", None)
+        if not isinstance(name, str):
+            return yaml.load(stream, Loader=Loader)
+        key = (os.path.realpath(name), Loader)
+        if key not in self._parsed:
+            self._parsed[key] = yaml.load(stream, Loader=Loader)
+        return copy.deepcopy(self._parsed[key])
+
+    def __getattr__(self, name):
+        return getattr(yaml, name)
+
+
+_PARSED_ONCE_YAML = _ParsedOnceYaml()
+
+
 def _run_checker(path, ruleset, config):
     """(valid, [messages]); the checker's own logging is silenced, its messages are returned."""
     # The checker keeps a module-level queue of configs to run; a crash can leave entries behind.
     mlp_compliance.enqueued_configs.clear()
     checker = mlp_compliance.make_checker(usage="training", ruleset=ruleset, quiet=True, werror=False)
-    previous = logging.root.manager.disable
+    previous_disable, previous_yaml = logging.root.manager.disable, mlp_compliance.yaml
     logging.disable(logging.CRITICAL)
+    mlp_compliance.yaml = _PARSED_ONCE_YAML
     try:
         valid = checker.check_file(path, config)
     finally:
-        logging.disable(previous)
+        mlp_compliance.yaml = previous_yaml
+        logging.disable(previous_disable)
         mlp_compliance.enqueued_configs.clear()
     messages = [*checker.overwritable.values(), *checker.not_overwritable]
     return bool(valid), messages
 
 
 def _run_common_rules(path):
-    """The common.yaml rules of COMMON_RULES_RULESET, minus the benchmark-name and division-file parts."""
+    # An absolute config path survives the checker's os.path.join(checker_dir, config).
+    return _run_checker(path, rules.COMMON_RULES_RULESET, _common_rules_config())
+
+
+@functools.lru_cache(maxsize=None)
+def _common_rules_config():
+    """A config file with COMMON_RULES_RULESET's common.yaml minus the benchmark-name and division parts."""
     ruleset = rules.COMMON_RULES_RULESET
     with open(os.path.join(_CHECKER_DIR, f"training_{ruleset}", "common.yaml")) as handle:
         checks = yaml.safe_load(handle)
@@ -75,12 +114,12 @@ def _run_common_rules(path):
             key["CHECK"] = " v['value'] != '' "     # any benchmark name
         if key.get("NAME") == "submission_division":
             key.pop("POST", None)                  # would load closed_common.yaml: benchmark list again
-    with tempfile.TemporaryDirectory() as folder:
-        config = os.path.join(folder, "common_rules.yaml")
-        with open(config, "w") as handle:
-            yaml.safe_dump(checks, handle)
-        # An absolute config path survives the checker's os.path.join(checker_dir, config).
-        return _run_checker(path, ruleset, config)
+    folder = tempfile.mkdtemp(prefix="mlperf_keras_common_rules_")
+    atexit.register(shutil.rmtree, folder, True)
+    config = os.path.join(folder, f"training_{ruleset}_common_rules.yaml")
+    with open(config, "w") as handle:
+        yaml.safe_dump(checks, handle)
+    return config
 
 
 def _summarize(message):

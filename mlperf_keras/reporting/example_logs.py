@@ -173,3 +173,38 @@ def run_file_name(run):
     """The name this package's training loop gives a log: <model>_seed<seed>_<YYYYmmdd-HHMMSS>.log."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(run.start_s))
     return f"{run.benchmark}_seed{run.seed}_{stamp}.log"
+
+
+# Synthetic systems shaped like the seed study (R740 with T4s or V100-PCIe); speeds are invented.
+_EXAMPLE_SYSTEMS = (("r740_t4", "NVIDIA T4", 15.0, (1, 2, 4), 1.0),
+                    ("r740_v100", "NVIDIA V100-PCIE-32GB", 32.0, (1, 2, 3), 2.6))
+# benchmark -> (seconds per epoch on one T4, typical epochs, seeds, ruleset)
+_EXAMPLE_WORKLOADS = {"resnet": (5400.0, 37, (1, 2, 3, 4, 5), "0.7"),
+                      "gnmt": (2900.0, 4, tuple(range(1, 11)), "0.7"),
+                      "ncf": (95.0, 6, (1, 2, 3, 4, 5), "0.5")}
+
+
+def write_example_study(folder, workloads=None, systems=None):
+    """Write synthetic logs for a few workloads on T4 x1/x2/x4 and V100 x1/x2/x3; returns the paths.
+
+    Epochs to converge vary with the seed and scaling is sub-linear, so every table and chart has
+    something to show. Not measurements: for tests and for illustrating the report.
+    """
+    paths = []
+    workloads = workloads or _EXAMPLE_WORKLOADS
+    for platform, model, memory, counts, speed in systems or _EXAMPLE_SYSTEMS:
+        for count in counts:
+            for benchmark, (epoch_seconds, epochs, seeds, ruleset) in workloads.items():
+                for index, seed in enumerate(seeds):
+                    # Epochs vary by seed (up to +3 for resnet, +1 otherwise); efficiency drops with GPUs.
+                    spread = 3 if benchmark == "resnet" else 1
+                    run = ExampleRun(
+                        benchmark=benchmark, seed=seed, platform=platform, accelerator_model=model,
+                        accelerator_count=count, accelerator_memory_gb=memory, num_workers=count,
+                        ruleset=ruleset, epochs=epochs + (seed * 7 + count) % (spread + 1),
+                        epoch_seconds=epoch_seconds / (speed * count * (0.93 ** (count - 1))),
+                        global_batch_size=256 * count if benchmark == "resnet" else 1024 * count,
+                        start_s=1_700_000_000.0 + 86400.0 * len(paths))
+                    name = f"{platform}_{count}gpu/{run_file_name(run)}"
+                    paths.append(write_log(os.path.join(folder, name), run))
+    return paths

@@ -1,0 +1,56 @@
+"""python -m mlperf_keras.report --logs DIR [DIR ...] --out DIR [--baseline SYSTEM]
+
+Reads every MLLOG file under the log folders (this package's logs and any other producer's
+mllog-format logs) and writes, under --out: report.md, tables/*.csv, charts/*.png|svg, and the
+MLPerf submission layout (systems/*.json, results/<system>/<benchmark>/result_<i>.txt).
+
+Exit status: 0 when every input was used, 1 when some input was skipped (each is named, with its
+reason, in the output and in report.md), 2 when the report could not be written at all.
+Pure Python: importing this must never import TensorFlow or Keras.
+"""
+
+import sys
+
+from absl import app, flags
+
+from mlperf_keras.reporting.build import build_report
+from mlperf_keras.reporting.submission import OutputNotOurs
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_string("logs", None, "Folder(s) to read MLLOG files from, recursively. "
+                          "Several may follow one --logs (--logs A B) or --logs may repeat.")
+flags.DEFINE_string("out", None, "Folder for the report and the submission layout.")
+flags.DEFINE_string("baseline", None, "System to compute speedups against: a platform (r740_t4), "
+                    "a GPU type (\"NVIDIA T4\") or a system name without the count.")
+flags.DEFINE_bool("overwrite", False, "Replace a results/ folder under --out that this reporter did not write.")
+flags.DEFINE_bool("compliance", True, "Run the official compliance checker on every log.")
+flags.mark_flag_as_required("out")
+
+EXIT_OK, EXIT_SKIPPED, EXIT_FAILED = 0, 1, 2
+
+
+def main(argv):
+    # absl leaves "--logs A B C" as --logs=A plus positionals B C: those are log folders too.
+    log_dirs = list(FLAGS.logs or []) + list(argv[1:])
+    if not log_dirs:
+        print("error: give at least one log folder with --logs", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        report = build_report(log_dirs, FLAGS.out, baseline=FLAGS.baseline, overwrite=FLAGS.overwrite,
+                              check_compliance=FLAGS.compliance)
+    except OutputNotOurs as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+
+    print(f"{len(report.records)} runs, {len(report.results)} results; report: {report.report_path}")
+    for result in report.results:
+        score = f"{result.score_min:.2f} min" if result.score_min is not None else "no score"
+        print(f"  {result.benchmark:12s} {result.system:40s} {score:>12s}  {result.status}")
+    for problem in report.problems:
+        label = "skipped" if problem.skipped else "warning"
+        print(f"{label}: {problem.path}: {problem.reason}", file=sys.stderr)
+    return EXIT_SKIPPED if report.skipped else EXIT_OK
+
+
+if __name__ == "__main__":
+    app.run(main)

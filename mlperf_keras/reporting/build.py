@@ -1,0 +1,108 @@
+"""Builds the whole report from log folders: parse, check, score, tables, charts, submission layout.
+
+Library entry point of `python -m mlperf_keras.report`; takes plain arguments, never reads flags.
+Output under out_dir:
+  report.md                      everything below in one readable page
+  tables/*.csv                   the same tables, long form
+  charts/*.png, charts/*.svg     the charts
+  systems/<system>.json          MLPerf system descriptions (fields to fill are listed in report.md)
+  results/<system>/<benchmark>/result_<i>.txt   MLPerf result files (copies of the logs)
+"""
+
+import dataclasses
+import os
+from typing import List, Optional
+
+import pandas as pd
+
+from mlperf_keras.reporting import charts, compliance, tables
+from mlperf_keras.reporting.logfiles import find_log_files
+from mlperf_keras.reporting.parse import display_path, parse_logs
+from mlperf_keras.reporting.records import Problem
+from mlperf_keras.reporting.render import render_report
+from mlperf_keras.reporting.score import drop_duplicate_seeds, score_all
+from mlperf_keras.reporting.submission import (prepare_output, system_description, write_results,
+                                               write_system_file)
+
+
+@dataclasses.dataclass
+class Report:
+    records: list
+    results: list
+    problems: List[Problem]
+    frames: dict                       # table name -> DataFrame
+    chart_paths: list
+    system_files: dict                 # system -> (path, [fields still empty], [notes])
+    submission_notes: list
+    report_path: Optional[str] = None
+
+    @property
+    def skipped(self):
+        return [p for p in self.problems if p.skipped]
+
+
+def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compliance=True):
+    """Write the report; returns a Report. Bad inputs become Problems, never exceptions."""
+    problems = [Problem(d, "not a folder") for d in log_dirs if not os.path.isdir(d)]
+    folders = [d for d in log_dirs if os.path.isdir(d)]
+    prepare_output(out_dir, overwrite=overwrite)
+    paths, empty = find_log_files(folders, exclude=[out_dir])
+    problems += [Problem(folder, "no MLLOG log files in this folder") for folder in empty]
+
+    records, parse_problems = parse_logs(paths)
+    problems += parse_problems
+    records, duplicate_problems = drop_duplicate_seeds(records)
+    problems += duplicate_problems
+    if check_compliance:
+        for record in records:
+            record.compliance = compliance.check_log(record.path, record.benchmark)
+    results = score_all(records)
+
+    ttt = tables.time_to_train_table(results)
+    throughput = tables.throughput_table(records)
+    per_seed = tables.epochs_per_seed_table(records, folders)
+    frames = {
+        "runs": tables.runs_table(records, folders),
+        "scores": tables.scores_table(results),
+        "time_to_train": ttt,
+        "throughput": throughput,
+        "scaling": tables.scaling_table(ttt, throughput),
+        "epochs_per_seed": per_seed,
+        "epochs_summary": tables.epochs_summary_table(per_seed),
+        "problems": _problems_frame(problems, folders),
+    }
+    speedup_notes = []
+    if baseline:
+        frames["speedup"], speedup_notes = tables.speedup_table(ttt, baseline)
+
+    table_dir = os.path.join(out_dir, "tables")
+    os.makedirs(table_dir, exist_ok=True)
+    for name, frame in frames.items():
+        frame.to_csv(os.path.join(table_dir, f"{name}.csv"), index=False)
+
+    chart_dir = os.path.join(out_dir, "charts")
+    chart_paths = (charts.time_to_train_chart(ttt, chart_dir) + charts.throughput_chart(throughput, chart_dir)
+                   + charts.epochs_per_seed_chart(per_seed, chart_dir)
+                   + charts.quality_curves_chart(records, chart_dir))
+
+    system_files = {}
+    by_system = {}
+    for record in records:
+        by_system.setdefault(record.system, []).append(record)
+    for system, runs in sorted(by_system.items()):
+        fields, _, notes = system_description(runs)
+        path, still_empty = write_system_file(out_dir, fields)
+        system_files[system] = (path, still_empty, notes)
+    _, submission_notes = write_results(out_dir, results)
+
+    report = Report(records, results, problems, frames, chart_paths, system_files,
+                    submission_notes + speedup_notes)
+    report.report_path = os.path.join(out_dir, "report.md")
+    with open(report.report_path, "w") as handle:
+        handle.write(render_report(report, log_dirs, out_dir, baseline))
+    return report
+
+
+def _problems_frame(problems, roots):
+    return pd.DataFrame([{"file": display_path(p.path, roots), "skipped": p.skipped, "reason": p.reason}
+                         for p in problems], columns=["file", "skipped", "reason"])

@@ -1,0 +1,271 @@
+"""The report's charts (PNG and SVG), drawn with matplotlib's Agg backend (no display needed).
+
+- time_to_train.png: grouped bars, x = benchmark, one bar per system x GPU count (the study's Figure 1).
+- throughput.png: one panel per benchmark, bars per GPU count and system, dashed = linear scaling
+  from the 1-GPU run (the study's Figure 2: throughput where time-to-train is seed-dominated).
+- epochs_per_seed.png: one panel per benchmark, each seed's epochs-to-converge per system.
+- quality_curves.png: eval quality per epoch for every run, target dashed.
+"""
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend first)
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+
+from mlperf_keras.reporting.systems import bar_label  # noqa: E402
+from mlperf_keras.reporting.tables import MLPERF_SCORE  # noqa: E402
+
+_FAMILY_COLORMAPS = ("Blues", "Oranges", "Greens", "Purples", "Reds", "Greys")
+
+
+def _save(figure, out_dir, name):
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for extension in ("png", "svg"):
+        path = os.path.join(out_dir, f"{name}.{extension}")
+        figure.savefig(path, dpi=130 if extension == "png" else None, bbox_inches="tight")
+        paths.append(path)
+    plt.close(figure)
+    return paths
+
+
+def _series_colors(series):
+    """series: [(family, devices)] -> color per series; one hue per family, darker with more devices."""
+    families = list(dict.fromkeys(family for family, _ in series))
+    colors = {}
+    for index, family in enumerate(families):
+        cmap = plt.get_cmap(_FAMILY_COLORMAPS[index % len(_FAMILY_COLORMAPS)])
+        counts = [d for f, d in series if f == family]
+        for position, count in enumerate(counts):
+            shade = 0.45 + 0.45 * (position + 1) / (len(counts) + 1) if len(counts) > 1 else 0.65
+            colors[(family, count)] = cmap(shade)
+    return colors
+
+
+def _series_key(devices):
+    return -1 if devices is None or pd.isna(devices) else int(devices)
+
+
+def _use_log_scale(values):
+    values = [v for v in values if v and not pd.isna(v) and v > 0]
+    return len(values) > 1 and max(values) / min(values) > 30
+
+
+def time_to_train_chart(ttt, out_dir):
+    """Grouped bars of time-to-train; hatched bars are not valid MLPerf scores (means of converged runs)."""
+    data = ttt.dropna(subset=["time_to_train_min"])
+    if data.empty:
+        return []
+    data = data.assign(devices_key=data["devices"].map(_series_key))
+    benchmarks = sorted(data["benchmark"].unique())
+    series = list(data.sort_values(["family", "devices_key"])[["family", "devices_key"]]
+                  .drop_duplicates().itertuples(index=False, name=None))
+    colors = _series_colors(series)
+    width = 0.8 / len(series)
+    figure, axis = plt.subplots(figsize=(max(6.0, 1.2 + len(benchmarks) * (0.5 + 0.35 * len(series))), 4.6))
+    any_hatched = False
+    for s_index, (family, devices) in enumerate(series):
+        for b_index, benchmark in enumerate(benchmarks):
+            row = data[(data["benchmark"] == benchmark) & (data["family"] == family) & (data["devices_key"] == devices)]
+            if row.empty:
+                continue
+            row = row.iloc[0]
+            x = b_index - 0.4 + width * (s_index + 0.5)
+            value = row["time_to_train_min"]
+            hatched = row["basis"] != MLPERF_SCORE
+            any_hatched |= hatched
+            low, high = value - row["min_run_min"], row["max_run_min"] - value
+            axis.bar(x, value, width * 0.92, color=colors[(family, devices)], edgecolor="black", linewidth=0.5,
+                     hatch="//" if hatched else None,
+                     yerr=[[max(low, 0)], [max(high, 0)]] if row["converged_runs"] > 1 else None,
+                     capsize=2, error_kw={"linewidth": 0.8})
+            top = max(value, row["max_run_min"]) if row["converged_runs"] > 1 else value
+            axis.annotate(_minutes_label(value), (x, top), xytext=(0, 2), textcoords="offset points",
+                          ha="center", va="bottom", fontsize=7, rotation=90 if len(series) > 3 else 0)
+    axis.set_xticks(range(len(benchmarks)))
+    axis.set_xticklabels(benchmarks)
+    axis.set_xlabel("Benchmark")
+    axis.set_ylabel("Time to train (minutes)")
+    highest = np.nanmax(np.maximum(data["time_to_train_min"], data["max_run_min"].fillna(0)))
+    if _use_log_scale(data["time_to_train_min"]):
+        axis.set_yscale("log")
+        axis.set_ylabel("Time to train (minutes, log scale)")
+        axis.set_ylim(top=highest * 4)
+    else:
+        axis.set_ylim(0, highest * 1.2)
+    axis.set_title("Time to train by benchmark, GPU type and GPU count (lower is better)")
+    handles = [Patch(facecolor=colors[s], edgecolor="black", label=bar_label(s[0], None if s[1] == -1 else s[1]))
+               for s in series]
+    if any_hatched:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//",
+                             label="not a valid MLPerf score\n(mean of converged runs)"))
+    handles.append(Line2D([], [], color="black", marker="_", markersize=8, linewidth=0.8,
+                          label="fastest to slowest\nconverged run"))
+    axis.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    axis.grid(axis="y", alpha=0.3)
+    axis.set_axisbelow(True)
+    return _save(figure, out_dir, "time_to_train")
+
+
+def _minutes_label(value):
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _panels(count, width_each=4.2, height=3.6):
+    columns = min(count, 3)
+    rows = int(np.ceil(count / columns))
+    figure, axes = plt.subplots(rows, columns, figsize=(width_each * columns, height * rows), squeeze=False)
+    for axis in axes.flat[count:]:
+        axis.set_visible(False)
+    return figure, list(axes.flat[:count])
+
+
+def throughput_chart(throughput, out_dir):
+    data = throughput.dropna(subset=["throughput_samples_per_s"])
+    if data.empty:
+        return []
+    data = data.assign(devices_key=data["devices"].map(_series_key))
+    benchmarks = sorted(data["benchmark"].unique())
+    families = sorted(data["family"].unique())
+    family_colors = {f: plt.get_cmap(_FAMILY_COLORMAPS[i % len(_FAMILY_COLORMAPS)])(0.7)
+                     for i, f in enumerate(families)}
+    figure, axes = _panels(len(benchmarks))
+    for axis, benchmark in zip(axes, benchmarks):
+        subset = data[data["benchmark"] == benchmark]
+        counts = sorted(subset["devices_key"].unique())
+        present = [f for f in families if f in set(subset["family"])]
+        width = 0.8 / len(present)
+        for f_index, family in enumerate(present):
+            rows = subset[subset["family"] == family].set_index("devices_key")
+            xs = [c_index - 0.4 + width * (f_index + 0.5) for c_index, c in enumerate(counts) if c in rows.index]
+            values = [rows.loc[c, "throughput_samples_per_s"] for c in counts if c in rows.index]
+            errors = [np.nan_to_num(rows.loc[c, "std_samples_per_s"]) for c in counts if c in rows.index]
+            axis.bar(xs, values, width * 0.92, yerr=errors, capsize=2, color=family_colors[family],
+                     edgecolor="black", linewidth=0.5, label=family)
+            for x, v in zip(xs, values):
+                axis.annotate(_short_number(v), (x, v), xytext=(0, 3), textcoords="offset points",
+                              ha="center", va="bottom", fontsize=7)
+            if 1 in rows.index and len(rows.index) > 1:
+                # Linear scaling from the 1-device throughput: how far each bar falls short of it.
+                base = rows.loc[1, "throughput_samples_per_s"]
+                ideal = [(c_index - 0.4 + width * (f_index + 0.5), base * c)
+                         for c_index, c in enumerate(counts) if c > 0 and c in rows.index]
+                axis.plot([p[0] for p in ideal], [p[1] for p in ideal], linestyle="--", marker="_",
+                          color=family_colors[family], linewidth=1, label="_nolegend_")
+        axis.set_xticks(range(len(counts)))
+        axis.set_xticklabels(["?" if c == -1 else str(c) for c in counts])
+        cpu_only = all(str(f).lower().startswith("cpu") or "(cpu)" in str(f).lower() for f in present)
+        axis.set_xlabel("CPU workers" if cpu_only else "GPUs")
+        axis.set_ylabel("Throughput (samples/s)")
+        axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _short_number(value)))
+        axis.set_title(benchmark)
+        axis.grid(axis="y", alpha=0.3)
+        axis.set_axisbelow(True)
+        handles, labels = axis.get_legend_handles_labels()
+        handles.append(Line2D([], [], linestyle="--", color="grey", label="linear scaling from 1"))
+        axis.legend(handles=handles, fontsize=7, frameon=False, loc="upper left")
+    figure.suptitle("Training throughput by GPU count (higher is better)", fontsize=11)
+    figure.tight_layout()
+    return _save(figure, out_dir, "throughput")
+
+
+def _short_number(value):
+    if value == 0:
+        return "0"
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def epochs_per_seed_chart(per_seed, out_dir):
+    """Each run's epochs-to-converge per system: dots (seed-labelled when few), mean bar, min-max line."""
+    if per_seed.empty:
+        return []
+    benchmarks = sorted(per_seed["benchmark"].unique())
+    figure, axes = _panels(len(benchmarks), width_each=4.8, height=4.0)
+    for axis, benchmark in zip(axes, benchmarks):
+        subset = per_seed[per_seed["benchmark"] == benchmark]
+        order = subset.assign(devices_key=subset["devices"].map(_series_key)).sort_values(["family", "devices_key"])
+        systems = order["system"].drop_duplicates().tolist()
+        done_all = subset.loc[subset["converged"], "epochs_to_converge"].dropna()
+        low = done_all.min() if len(done_all) else 0
+        high = done_all.max() if len(done_all) else 1
+        fail_y = high + max(1.0, 0.15 * (high - low))   # where non-converged runs are drawn
+        for index, system in enumerate(systems):
+            runs = subset[subset["system"] == system].reset_index(drop=True)
+            offsets = np.linspace(-0.25, 0.25, len(runs)) if len(runs) > 1 else [0.0]
+            done = runs[runs["converged"] & runs["epochs_to_converge"].notna()]
+            if len(done):
+                epochs = done["epochs_to_converge"]
+                axis.vlines(index, epochs.min(), epochs.max(), color="grey", linewidth=0.8, zorder=1)
+                axis.hlines(epochs.mean(), index - 0.32, index + 0.32, color="black", linewidth=2, zorder=3)
+            label_seeds = len(runs) <= 5
+            for offset, (_, run) in zip(offsets, runs.iterrows()):
+                seed = "?" if pd.isna(run["seed"]) else str(int(run["seed"]))
+                converged = run["converged"] and not pd.isna(run["epochs_to_converge"])
+                y = run["epochs_to_converge"] if converged else fail_y
+                axis.plot(index + offset, y, "o" if converged else "x", color="tab:blue" if converged else "tab:red",
+                          markersize=5, alpha=0.75, zorder=2)
+                if label_seeds or not converged:
+                    axis.annotate(seed, (index + offset, y), xytext=(2, 3), textcoords="offset points", fontsize=6,
+                                  color="dimgray" if converged else "tab:red")
+        axis.set_xticks(range(len(systems)))
+        axis.set_xticklabels(systems, rotation=25, ha="right", fontsize=7)
+        axis.set_ylabel("Epochs to converge")
+        axis.yaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_title(benchmark)
+        axis.set_xlim(-0.6, len(systems) - 0.4)
+        axis.set_ylim(max(0, low - 1.5), fail_y + 1.0)
+        axis.grid(axis="y", alpha=0.3)
+        axis.set_axisbelow(True)
+    handles = [Line2D([], [], marker="o", linestyle="", color="tab:blue", label="one run (seed)"),
+               Line2D([], [], color="black", linewidth=2, label="mean"),
+               Line2D([], [], color="grey", linewidth=0.8, label="min-max"),
+               Line2D([], [], marker="x", linestyle="", color="tab:red", label="did not converge")]
+    figure.legend(handles=handles, loc="upper right", fontsize=8, frameon=False, ncol=4)
+    figure.suptitle("Epochs to converge per seed", fontsize=11, x=0.02, ha="left")
+    figure.tight_layout(rect=(0, 0, 1, 0.95))
+    return _save(figure, out_dir, "epochs_per_seed")
+
+
+def quality_curves_chart(records, out_dir):
+    records = [r for r in records if r.quality_curve]
+    if not records:
+        return []
+    benchmarks = sorted({r.benchmark for r in records})
+    figure, axes = _panels(len(benchmarks))
+    for axis, benchmark in zip(axes, benchmarks):
+        runs = [r for r in records if r.benchmark == benchmark]
+        systems = sorted({r.system for r in runs})
+        colors = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(systems)}
+        for run in runs:
+            points = [(e, _scalar_quality(v)) for e, v in run.quality_curve if e is not None]
+            points = [(e, v) for e, v in points if v is not None]
+            if points:
+                axis.plot(*zip(*points), marker=".", linewidth=0.8, alpha=0.7, color=colors[run.system])
+        targets = {r.quality_target for r in runs if r.quality_target is not None}
+        for target in sorted(targets):
+            axis.axhline(target, linestyle="--", color="black", linewidth=0.8)
+        axis.set_title(benchmark + (" (min of box/mask mAP)" if benchmark == "maskrcnn" else ""))
+        axis.set_xlabel("Epoch")
+        axis.set_ylabel("Eval quality (benchmark metric)")
+        axis.legend(handles=[Patch(color=colors[s], label=s) for s in systems], fontsize=6, frameon=False)
+        axis.grid(alpha=0.3)
+    figure.suptitle("Quality per epoch, every run (dashed: the target the runs stopped at)", fontsize=11)
+    figure.tight_layout()
+    return _save(figure, out_dir, "quality_curves")
+
+
+def _scalar_quality(value):
+    if isinstance(value, dict):
+        numbers = [v for v in value.values() if isinstance(v, (int, float))]
+        return min(numbers) if numbers else None
+    return value if isinstance(value, (int, float)) else None

@@ -1,0 +1,46 @@
+"""Shared fixtures: small MovieLens-format data generated in the official raw layout, and run helpers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args, timeout=300, env=None):
+    """Run `python -m ...` from the repo root; returns CompletedProcess with text output."""
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+@pytest.fixture(scope="session")
+def prepared_ncf(tmp_path_factory):
+    """A MovieLens-format ratings.csv with learnable tastes, prepared by data_prep.movielens (shared, read-only)."""
+    from data_prep import demo_movielens, movielens
+
+    root = tmp_path_factory.mktemp("ncf_data")
+    raw = root / "raw"
+    demo_movielens.write_ratings_csv(str(raw / "ml-20m" / "ratings.csv"), num_users=1200, num_items=1500, seed=7)
+    out = root / "prepared"
+    movielens.prepare(str(raw), str(out), num_shards=4, log=lambda _: None)
+    return str(out)
+
+
+def train_values(**overrides):
+    """Flag values for mlperf_keras.train.resolve, as the command line would give them (defaults + overrides)."""
+    from absl import flags
+
+    import mlperf_keras.train  # noqa: F401  (defines the flags)
+
+    values = {name: flags.FLAGS[name].default for name in
+              ("model", "data_dir", "output_dir", "seed", "ruleset", "precision", "batch_size",
+               "batch_per_accelerator", "max_epochs", "hparams", "synthetic", "dry_run", "jit_compile",
+               "platform", "org", "division", "status", "peak_tflops", "eval_offset", "progress_seconds",
+               "cache_dir")}
+    values.update(overrides)
+    return types.SimpleNamespace(**values)

@@ -1,0 +1,175 @@
+"""The one training loop on NCF: MLLOG content and order, stop rules, quality against popularity, CLI errors."""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+from mlperf_logging.compliance_checker import mlp_compliance
+
+from mlperf_keras import distribute, loop
+from mlperf_keras.compliance import NCF_RULES
+from mlperf_keras.inputs.ncf import load_rows
+from mlperf_keras.metrics.ranking import hits_at_k
+from tests.conftest import run_cli, train_values
+
+SMALL = "mf_dim=8,mlp_layers=32-32-16,batch_size=4096,learning_rate=0.003,beta_1=0.9,beta_2=0.999"
+
+
+def train(data_dir, output_dir, target=None, loop_ruleset=None, **flags):
+    from mlperf_keras import train as train_cli
+
+    values = train_values(data_dir=data_dir, output_dir=str(output_dir), seed=flags.pop("seed", 3),
+                          hparams=flags.pop("hparams", SMALL), **flags)
+    dist = distribute.create("tensorflow")
+    workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
+    if target is not None:
+        config = dataclasses.replace(config, quality_target=target)
+    if loop_ruleset is not None:  # NCF exists only in v0.5; this checks the loop's numbering for later rounds
+        config = dataclasses.replace(config, ruleset=loop_ruleset)
+    return config, loop.run(config, workload, dist, manifest)
+
+
+def read_events(path):
+    events = []
+    for line in open(path):
+        assert line.startswith(":::MLLOG "), line
+        events.append(json.loads(line[len(":::MLLOG "):]))
+    return events
+
+
+REQUIRED = ["cache_clear", "init_start", "init_stop", "run_start", "run_stop", "submission_org",
+            "submission_platform", "submission_division", "submission_status", "submission_benchmark",
+            "global_batch_size", "train_samples", "eval_samples", "gradient_accumulation_steps", "seed",
+            "epoch_start", "epoch_stop", "block_start", "block_stop", "eval_start", "eval_stop", "eval_accuracy",
+            "opt_name", "opt_base_learning_rate", "opt_adam_beta_1", "opt_adam_beta_2", "opt_adam_epsilon",
+            "input_hp_num_neg", "eval_hp_num_neg", "accelerator_model", "accelerator_count", "num_workers",
+            "framework", "keras_backend", "ruleset"]
+
+
+@pytest.mark.parametrize("ruleset, first_epoch", [("0.5", 0), ("0.7", 1)])
+def test_short_run_log_has_every_key_in_order(prepared_ncf, tmp_path, ruleset, first_epoch):
+    config, result = train(prepared_ncf, tmp_path, loop_ruleset=ruleset, max_epochs=2)
+    assert result.status == "aborted" and result.epochs == 2  # 2 epochs cannot reach HR@10 0.635
+    logs = glob.glob(str(tmp_path / "*.log"))
+    assert logs == [result.log_path]
+    assert os.path.exists(result.log_path[:-4] + ".config.json")
+    events = read_events(result.log_path)
+    keys = [e["key"] for e in events]
+    assert set(REQUIRED) <= set(keys), set(REQUIRED) - set(keys)
+    for once in ("init_stop", "run_start", "run_stop", "seed", "global_batch_size", "train_samples"):
+        assert keys.count(once) == 1, once
+    order = [keys.index(k) for k in ("cache_clear", "init_start", "init_stop", "run_start")]
+    assert order == sorted(order) and keys[-1] == "run_stop"
+    assert events[-1]["metadata"]["status"] == "aborted"
+    epochs = [e["metadata"]["epoch_num"] for e in events if e["key"] == "epoch_start"]
+    assert epochs == [first_epoch, first_epoch + 1]
+    evals = [e for e in events if e["key"] == "eval_accuracy"]
+    assert [e["metadata"]["epoch_num"] for e in evals] == epochs and all(0 <= e["value"] <= 1 for e in evals)
+    times = [e["time_ms"] for e in events]
+    assert times == sorted(times)
+    assert {e["key"]: e["value"] for e in events}["global_batch_size"] == 4096
+    assert all(e["metadata"]["file"].endswith(".py") and e["metadata"]["file"] != "mlperf_keras/mlperf_log.py"
+               for e in events)
+
+
+def test_log_passes_checker_rules_except_the_quality_target(prepared_ncf, tmp_path):
+    """No official ruleset knows ncf: the official engine runs our ncf.yaml (common 0.7.0 rules + NCF's).
+    A 2-epoch run cannot reach HR@10 0.635, so exactly the target rule must fail."""
+    _, result = train(prepared_ncf, tmp_path, max_epochs=2,
+                      hparams=SMALL.replace("batch_size=4096", "batch_size=8192"))
+    checker = mlp_compliance.make_checker("training", "0.7.0", quiet=True, werror=False)
+    valid, _, _, _ = mlp_compliance.main(result.log_path, NCF_RULES, checker)
+    assert not valid
+    failed = [key for key in checker.warnings] + [m for m in checker.overwritable.values()] + checker.not_overwritable
+    text = " ".join(str(f) for f in failed)
+    assert "0.635" in text, text
+    assert all("0.635" in str(m) for m in checker.not_overwritable + list(checker.overwritable.values())), text
+
+
+def test_stops_at_target_with_success(prepared_ncf, tmp_path):
+    _, result = train(prepared_ncf, tmp_path, target=0.01, max_epochs=5)
+    assert result.status == "success" and result.epochs == 1
+    events = read_events(result.log_path)
+    assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
+
+
+def test_runs_never_overwrite_each_other(prepared_ncf, tmp_path):
+    first = train(prepared_ncf, tmp_path, max_epochs=1)[1].log_path
+    second = train(prepared_ncf, tmp_path, max_epochs=1)[1].log_path
+    assert first != second and len(glob.glob(str(tmp_path / "*.log"))) == 2
+
+
+def popularity_hit_rate(data_dir, k=10):
+    manifest = json.load(open(os.path.join(data_dir, "manifest.json")))
+    files = [f for f in manifest["files"]]
+    train_rows = load_rows(data_dir, [f for f in files if f["split"] == "train"], 2)
+    eval_rows = load_rows(data_dir, [f for f in files if f["split"] == "eval"], 2 + manifest["counts"]["eval_negatives"])
+    popularity = np.bincount(train_rows[:, 1], minlength=manifest["counts"]["num_items"]).astype(np.float32)
+    return hits_at_k(popularity[eval_rows[:, 1:]], k) / len(eval_rows)
+
+
+def test_ncf_beats_popularity_ranking(prepared_ncf, tmp_path):
+    baseline = popularity_hit_rate(prepared_ncf)
+    _, result = train(prepared_ncf, tmp_path, target=1.0, max_epochs=15)
+    assert result.quality > baseline + 0.1, (result.quality, baseline)
+
+
+def test_dry_run_prints_reference_parameter_count():
+    proc = run_cli("mlperf_keras.train", "--model=ncf", "--dry_run")
+    assert proc.returncode == 0, proc.stderr
+    assert "parameters: 31832577" in proc.stdout
+    assert "global batch: 1048576" in proc.stdout and "steps per epoch: 95" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model=resnet"], "--model=resnet is not built yet"),
+    (["--hparams=mf_dims=3"], "unknown hyperparameter 'mf_dims'; valid keys: batch_size"),
+    (["--data_dir=/nonexistent/ml"], "/nonexistent/ml: no such folder"),
+    (["--batch_size=0"], "--batch_size must be positive"),
+    (["--ruleset=0.7"], "--model=ncf is not part of MLPerf ruleset 0.7"),
+])
+def test_cli_errors_are_one_clear_line(args, message):
+    proc = run_cli("mlperf_keras.train", "--dry_run", *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_cli_refuses_data_prepared_for_another_workload(prepared_ncf, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    manifest = json.load(open(os.path.join(prepared_ncf, "manifest.json")))
+    manifest["workload"] = "resnet"
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    proc = run_cli("mlperf_keras.train", f"--data_dir={other}", f"--output_dir={tmp_path / 'runs'}")
+    assert proc.returncode == 2 and "prepared for --model=resnet, not --model=ncf" in proc.stderr
+
+
+def test_corrupt_shard_fails_cleanly_and_log_says_aborted(prepared_ncf, tmp_path):
+    import shutil
+
+    copy = tmp_path / "data"
+    shutil.copytree(prepared_ncf, copy)
+    victim = sorted(glob.glob(str(copy / "train-*.npy")))[0]
+    with open(victim, "ab") as f:
+        f.write(b"\0")
+    proc = run_cli("mlperf_keras.train", f"--data_dir={copy}", f"--output_dir={tmp_path / 'runs'}", "--seed=1")
+    assert proc.returncode == 2 and os.path.basename(victim) in proc.stderr and "Traceback" not in proc.stderr
+    (log,) = glob.glob(str(tmp_path / "runs" / "*.log"))
+    last = read_events(log)[-1]
+    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted"
+
+
+@pytest.mark.slow
+def test_demo_default_reaches_demo_target(tmp_path):
+    """The README's main command: no --data_dir -> generated MovieLens-format data, prepared, trained."""
+    proc = run_cli("mlperf_keras.train", f"--cache_dir={tmp_path / 'cache'}", f"--output_dir={tmp_path / 'runs'}",
+                   "--seed=1", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "DEMO" in proc.stdout
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "success"
+    last = read_events(summary["log"])[-1]
+    assert last["key"] == "run_stop" and last["metadata"]["status"] == "success"
