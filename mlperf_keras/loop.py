@@ -130,12 +130,10 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
 
 
 def _build(config, workload, dist, manifest):
-    import keras
-
     from mlperf_keras import precision, steps
 
     precision.set_policy(config.precision)
-    keras.utils.set_random_seed(config.seed)
+    steps.set_random_seed(config.seed)
     model = workload.build_model(config)
     steps_per_epoch = workload.steps_per_epoch(config, manifest)
     optimizer = precision.wrap_optimizer(workload.build_optimizer(config, steps_per_epoch), config.precision)

@@ -112,3 +112,21 @@ class _JaxTrainStep:
             var.assign(value)
         for var, value in zip(self.optimizer.variables, opt_vars):
             var.assign(value)
+
+
+def set_random_seed(seed: int) -> None:
+    """keras.utils.set_random_seed, without importing TensorFlow on other backends (it imports TF when installed,
+    which a JAX-only run must not pay for or depend on)."""
+    if keras.backend.backend() == "tensorflow":
+        keras.utils.set_random_seed(seed)
+        return
+    import random
+
+    from keras.src.backend.common import global_state
+    from keras.src.random import seed_generator
+    from keras.src.utils.rng_utils import GLOBAL_RANDOM_SEED
+
+    global_state.set_global_attribute(GLOBAL_RANDOM_SEED, seed)
+    global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)
+    random.seed(seed)
+    np.random.seed(seed)

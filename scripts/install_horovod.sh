@@ -264,9 +264,10 @@ else
       echo "----- last 60 lines of $BUILD_LOG -----"
       tail -n 60 "$BUILD_LOG"
       echo "----- end of build log -----"
-      if grep -qE 'error:|CMake Error|\*\*\* \[' "$BUILD_LOG"; then
+      ERR_RE=': (fatal )?error:|^[[:space:]]*error:|CMake Error|\*\*\* \['
+      if grep -qE "$ERR_RE" "$BUILD_LOG"; then
         echo "----- first compiler/CMake errors in the log -----"
-        grep -nE -m 15 'error:|CMake Error|\*\*\* \[' "$BUILD_LOG" | cut -c1-400
+        grep -nE -m 15 "$ERR_RE" "$BUILD_LOG" | cut -c1-400
       fi
     } >&2
     die "building the Horovod wheel failed (exit $rc after ${ELAPSED}s); full build log: $BUILD_LOG"

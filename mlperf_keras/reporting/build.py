@@ -7,6 +7,8 @@ Output under out_dir:
   charts/*.png, charts/*.svg     the charts
   systems/<system>.json          MLPerf system descriptions (fields to fill are listed in report.md)
   results/<system>/<benchmark>/result_<i>.txt   MLPerf result files (copies of the logs)
+  by_ruleset/<R>/{systems,results}              the same, split by the official ruleset that knows each
+                                                benchmark (what result_summarizer can read whole)
 """
 
 import dataclasses
@@ -15,14 +17,14 @@ from typing import List, Optional
 
 import pandas as pd
 
-from mlperf_keras.reporting import charts, compliance, tables
+from mlperf_keras.reporting import charts, compliance, rules, tables
 from mlperf_keras.reporting.logfiles import find_log_files
 from mlperf_keras.reporting.parse import display_path, parse_logs
 from mlperf_keras.reporting.records import Problem
 from mlperf_keras.reporting.render import render_report
 from mlperf_keras.reporting.score import drop_duplicate_seeds, score_all
 from mlperf_keras.reporting.submission import (prepare_output, system_description, write_results,
-                                               write_system_file)
+                                               write_ruleset_views, write_system_file)
 
 
 @dataclasses.dataclass
@@ -34,6 +36,7 @@ class Report:
     chart_paths: list
     system_files: dict                 # system -> (path, [fields still empty], [notes])
     submission_notes: list
+    ruleset_views: dict                # checker ruleset -> folder with only the benchmarks it knows
     report_path: Optional[str] = None
 
     @property
@@ -93,10 +96,11 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
         fields, _, notes = system_description(runs)
         path, still_empty = write_system_file(out_dir, fields)
         system_files[system] = (path, still_empty, notes)
-    _, submission_notes = write_results(out_dir, results)
+    chosen, submission_notes = write_results(out_dir, results)
+    ruleset_views = write_ruleset_views(out_dir, chosen, rules.CHECKER_RULESET)
 
     report = Report(records, results, problems, frames, chart_paths, system_files,
-                    submission_notes + speedup_notes)
+                    submission_notes + speedup_notes, ruleset_views)
     report.report_path = os.path.join(out_dir, "report.md")
     with open(report.report_path, "w") as handle:
         handle.write(render_report(report, log_dirs, out_dir, baseline))

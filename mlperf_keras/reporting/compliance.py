@@ -3,32 +3,31 @@
 Same checks as `python -m mlperf_logging.compliance_checker --usage training --ruleset R LOG`, without
 a Python start-up per log. Each log is checked at the newest ruleset that knows its benchmark
 (rules.CHECKER_RULESET). No ruleset knows ncf: those logs are "unsupported", never "pass"; the
-checker's benchmark-independent rules are still run on them and reported as a detail. A checker that
-crashes (as it does for a ruleset lacking the benchmark) also means "unsupported".
+project's own NCF rules (mlperf_keras/compliance/ncf.yaml: the 0.7.0 common rules plus NCF's closed
+settings and target) are still run on the official engine and their verdict is the detail. A checker
+that crashes (as it does for a ruleset lacking the benchmark) also means "unsupported".
 """
 
-import atexit
 import copy
-import functools
 import logging
 import os
-import shutil
-import tempfile
 
 import yaml
 from mlperf_logging.compliance_checker import mlp_compliance
 
+from mlperf_keras.compliance import NCF_RULES
 from mlperf_keras.reporting import rules
 from mlperf_keras.reporting.records import Compliance
 
-_CHECKER_DIR = os.path.dirname(os.path.abspath(mlp_compliance.__file__))
+# Rules files for benchmarks no official ruleset knows (written for the official checker engine).
+PROJECT_RULES = {"ncf": NCF_RULES}
 
 
 def check_log(path, benchmark):
     """Compliance verdict for one log of a known benchmark."""
     ruleset = rules.CHECKER_RULESET.get(benchmark)
     if ruleset is None:
-        return _unsupported_with_common_rules(path, benchmark)
+        return _check_with_project_rules(path, benchmark)
     try:
         valid, messages = _run_checker(path, ruleset, f"training_{ruleset}/common.yaml")
     except Exception as error:  # noqa: BLE001 - the checker crashing is a verdict, not our failure
@@ -38,16 +37,22 @@ def check_log(path, benchmark):
     return Compliance("fail", ruleset, "; ".join(_summarize(m) for m in messages) or "checker said FAILED")
 
 
-def _unsupported_with_common_rules(path, benchmark):
-    base = f"no compliance-checker ruleset knows {benchmark}"
+def _check_with_project_rules(path, benchmark):
+    """Benchmarks no official ruleset knows: this project's rules file, on the official engine. Never "pass"."""
+    base = f"no official ruleset knows {benchmark}"
+    rules_file = PROJECT_RULES.get(benchmark)
+    if rules_file is None:
+        return Compliance("unsupported", None, base)
+    name = f"mlperf_keras/compliance/{os.path.basename(rules_file)}, this project's reading, not official"
     try:
-        valid, messages = _run_common_rules(path)
+        # An absolute config path survives the checker's os.path.join(checker_dir, config).
+        valid, messages = _run_checker(path, rules.PROJECT_RULES_ENGINE, rules_file)
     except Exception as error:  # noqa: BLE001
-        return Compliance("unsupported", None, f"{base}; common rules could not run: {error}")
+        return Compliance("unsupported", None, f"{base}; project rules ({name}) could not run: {error}")
     if valid:
-        return Compliance("unsupported", None, f"{base}; common rules of {rules.COMMON_RULES_RULESET}: ok")
+        return Compliance("unsupported", None, f"{base}; project rules ({name}): ok")
     failed = "; ".join(_summarize(m) for m in messages)
-    return Compliance("unsupported", None, f"{base}; common rules of {rules.COMMON_RULES_RULESET} fail: {failed}")
+    return Compliance("unsupported", None, f"{base}; project rules ({name}) fail: {failed}")
 
 
 class _ParsedOnceYaml:
@@ -93,33 +98,6 @@ def _run_checker(path, ruleset, config):
         mlp_compliance.enqueued_configs.clear()
     messages = [*checker.overwritable.values(), *checker.not_overwritable]
     return bool(valid), messages
-
-
-def _run_common_rules(path):
-    # An absolute config path survives the checker's os.path.join(checker_dir, config).
-    return _run_checker(path, rules.COMMON_RULES_RULESET, _common_rules_config())
-
-
-@functools.lru_cache(maxsize=None)
-def _common_rules_config():
-    """A config file with COMMON_RULES_RULESET's common.yaml minus the benchmark-name and division parts."""
-    ruleset = rules.COMMON_RULES_RULESET
-    with open(os.path.join(_CHECKER_DIR, f"training_{ruleset}", "common.yaml")) as handle:
-        checks = yaml.safe_load(handle)
-    for check in checks:
-        key = check.get("KEY") if isinstance(check, dict) else None
-        if not key:
-            continue
-        if key.get("NAME") == "submission_benchmark":
-            key["CHECK"] = " v['value'] != '' "     # any benchmark name
-        if key.get("NAME") == "submission_division":
-            key.pop("POST", None)                  # would load closed_common.yaml: benchmark list again
-    folder = tempfile.mkdtemp(prefix="mlperf_keras_common_rules_")
-    atexit.register(shutil.rmtree, folder, True)
-    config = os.path.join(folder, f"training_{ruleset}_common_rules.yaml")
-    with open(config, "w") as handle:
-        yaml.safe_dump(checks, handle)
-    return config
 
 
 def _summarize(message):

@@ -21,6 +21,8 @@ _EXTRA_KEYS = ("accelerator_model", "accelerator_count", "accelerator_memory_gb"
                "host_cpu", "host_memory_gb", "framework", "keras_backend", "ruleset", "quality_target")
 # Other producers (MLPerf v1.0+ logs) sometimes state the scale this way.
 _SCALE_KEYS = ("number_of_nodes", "accelerators_per_node")
+# Logged by mlperf_keras too, but optional: their absence is not worth listing as missing.
+_OPTIONAL_KEYS = ("demo", "synthetic_data")
 
 
 def parse_log(path):
@@ -40,7 +42,7 @@ def parse_log(path):
     if not events:
         return skip("no parseable MLLOG lines")
 
-    first = _first_values(events, _STANDARD_KEYS + _EXTRA_KEYS + _SCALE_KEYS)
+    first = _first_values(events, _STANDARD_KEYS + _EXTRA_KEYS + _SCALE_KEYS + _OPTIONAL_KEYS)
     benchmark = first.get("submission_benchmark")
     if benchmark is None:
         return skip("no submission_benchmark: cannot tell which benchmark this is")
@@ -97,6 +99,11 @@ def parse_log(path):
     record.throughput, record.throughput_source = _throughput(events, first.get("train_samples"))
     if record.throughput is None:
         record.missing.append("throughput")
+    record.demo = bool(first.get("demo")) or _below(record.quality_target, record.mlperf_target)
+    if first.get("demo"):
+        record.notes.append("demo run (built-in demo data and target)")
+    if first.get("synthetic_data"):
+        record.notes.append("synthetic data: throughput only, quality meaningless")
     if record.status != "success" and record.status != "aborted":
         record.notes.append(f"run_stop status {record.status!r}")
     if truncated:
@@ -134,6 +141,13 @@ def _quality_curve(events, run_stop):
         if event.key == "eval_accuracy" and event.time_ms <= run_stop.time_ms:
             curve.append((event.metadata.get("epoch_num"), event.value))
     return curve
+
+
+def _below(target, official):
+    """True if the run stopped at a target below MLPerf's (a demo target)."""
+    if target is None or official is None or isinstance(official, dict):
+        return False
+    return target < official
 
 
 def _reached(value, target):

@@ -56,6 +56,7 @@ class RunRecord:
     gpu_type: str = "unknown"
     device_count: Optional[int] = None       # GPUs, or CPU workers for cpu runs: the scaling axis
     family: str = ""                         # system without the count: what speedups compare
+    demo: bool = False                       # logged demo=true, or stopped below MLPerf's target
     missing: list = dataclasses.field(default_factory=list)   # keys the log did not have
     notes: list = dataclasses.field(default_factory=list)
     compliance: Optional[Compliance] = None

@@ -28,9 +28,9 @@ CHECKER_RULESET = {
     "transformer": "0.7.0",
     "ncf": None,
 }
-# For benchmarks no ruleset knows, the common (benchmark-independent) rules of this ruleset are
-# still checked so the report can say whether the log is well formed.
-COMMON_RULES_RULESET = "0.7.0"
+# For benchmarks no ruleset knows, the project's own rules file is run on the checker engine of this
+# ruleset (its log parser and rule semantics); the verdict stays "unsupported".
+PROJECT_RULES_ENGINE = "0.7.0"
 
 # MLPerf quality targets per round (MLPERF.md section 1). v0.7 logs BLEU as a fraction; Mask R-CNN's
 # target is box and mask mAP together.

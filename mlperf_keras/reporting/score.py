@@ -34,8 +34,8 @@ class Result:
 
     @property
     def submittable(self):
-        """Scored, every used run passes the official checker, and targets are MLPerf's."""
-        return (self.score_min is not None
+        """Scored, every used run passes the official checker, and none is a demo run."""
+        return (self.score_min is not None and not any(r.demo for r in self.used)
                 and all(r.compliance is not None and r.compliance.status == "pass" for r in self.used))
 
 
@@ -129,14 +129,7 @@ def score_all(records):
         failing = [r for r in result.used if r.compliance is not None and r.compliance.status == "fail"]
         if failing:
             result.notes.append(f"{len(failing)} of {len(result.used)} runs fail the compliance checker")
-        demo = [r for r in result.used if _below_mlperf_target(r)]
+        demo = [r for r in result.used if r.demo]
         if demo:
-            result.notes.append(f"{len(demo)} runs stopped at a quality target below MLPerf's (demo target)")
+            result.notes.append(f"{len(demo)} demo runs (demo data or a target below MLPerf's)")
     return sorted(results, key=lambda r: (r.benchmark, r.system, str(r.ruleset)))
-
-
-def _below_mlperf_target(record):
-    target, official = record.quality_target, record.mlperf_target
-    if target is None or official is None or isinstance(official, dict):
-        return False
-    return target < official

@@ -1,0 +1,179 @@
+"""python -m mlperf_keras.sweep --model=X (--seeds=1,2,3 | --num_runs=N [--first_seed=S]) --output_dir=D
+                             [--launcher="horovodrun -np 2 -H localhost:2"] -- <extra train flags>
+
+Runs N seeded runs of one workload into one results folder, one after another, each as
+`[launcher] python -m mlperf_keras.train --model=X --seed=S --output_dir=D <extra flags>`. Output is
+streamed as it comes. A failed run does not stop the sweep; at the end every seed's outcome is
+listed, and the exit status is non-zero if any run failed. Then:
+`python -m mlperf_keras.report --logs D --out REPORT`.
+
+Imports nothing heavy: the runs are subprocesses, so TensorFlow is only loaded inside them.
+"""
+
+import dataclasses
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+from mlperf_keras.reporting.parse import parse_log
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", None, "The workload, as for mlperf_keras.train (ncf, resnet, ...).")
+flags.DEFINE_list("seeds", None, "Seeds to run, e.g. 1,2,3. Exclusive with --num_runs.")
+flags.DEFINE_integer("num_runs", None, "Number of runs, seeds --first_seed, --first_seed+1, ...")
+flags.DEFINE_integer("first_seed", 1, "First seed with --num_runs.")
+flags.DEFINE_string("output_dir", None, "The results folder every run writes its MLLOG file into.")
+flags.DEFINE_string("launcher", "", "Command put before each run, e.g. \"horovodrun -np 2 -H localhost:2\".")
+flags.DEFINE_string("train_module", "mlperf_keras.train", "The module each run executes with python -m.")
+flags.DEFINE_bool("dry_run", False, "Print the commands without running them.")
+flags.mark_flags_as_required(["model", "output_dir"])
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_ARGS, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class SweepError(ValueError):
+    """Bad sweep arguments (said before anything runs)."""
+
+
+@dataclasses.dataclass
+class RunOutcome:
+    seed: int
+    returncode: int
+    seconds: float
+    logs: list            # MLLOG files this run wrote
+    summary: str          # what its log says (status, time to train), or why there is none
+
+    @property
+    def failed(self):
+        return self.returncode != 0
+
+
+def seed_list(seeds=None, num_runs=None, first_seed=1):
+    """The seeds to run, from either an explicit list or a count; each seed once."""
+    if (seeds is None) == (num_runs is None):
+        raise SweepError("give exactly one of --seeds and --num_runs")
+    if seeds is not None:
+        try:
+            values = [int(str(s).strip()) for s in seeds if str(s).strip()]
+        except ValueError as error:
+            raise SweepError(f"--seeds must be integers: {error}") from None
+        if not values:
+            raise SweepError("--seeds is empty")
+    else:
+        if num_runs < 1:
+            raise SweepError("--num_runs must be at least 1")
+        values = list(range(first_seed, first_seed + num_runs))
+    duplicates = sorted({s for s in values if values.count(s) > 1})
+    if duplicates:
+        raise SweepError(f"seeds repeat: {duplicates}; MLPerf needs a different seed per run")
+    return values
+
+
+def run_command(model, seed, output_dir, extra_flags=(), launcher="", train_module="mlperf_keras.train",
+                python=sys.executable):
+    """The command line of one run."""
+    return (shlex.split(launcher) + [python, "-m", train_module, f"--model={model}", f"--seed={seed}",
+                                     f"--output_dir={output_dir}"] + list(extra_flags))
+
+
+def seeds_already_in(output_dir, model, seeds):
+    """Seeds that already have a log of this model in output_dir (by the train module's file names)."""
+    found = set()
+    pattern = re.compile(rf"^{re.escape(model)}_seed(-?\d+)_")
+    for path in glob.glob(os.path.join(output_dir, "*.log")):
+        match = pattern.match(os.path.basename(path))
+        if match and int(match.group(1)) in seeds:
+            found.add(int(match.group(1)))
+    return sorted(found)
+
+
+def run_sweep(model, seeds, output_dir, extra_flags=(), launcher="", train_module="mlperf_keras.train",
+              out=sys.stdout, outcomes=None):
+    """Run every seed in turn; returns [RunOutcome] (also appended to `outcomes` as they finish, so a
+    caller interrupted by Ctrl-C still has the finished runs)."""
+    os.makedirs(output_dir, exist_ok=True)
+    outcomes = [] if outcomes is None else outcomes
+    for index, seed in enumerate(seeds, start=1):
+        command = run_command(model, seed, output_dir, extra_flags, launcher, train_module)
+        print(f"\n=== sweep {model}: run {index}/{len(seeds)}, seed {seed}\n=== {shlex.join(command)}",
+              file=out, flush=True)
+        before = set(glob.glob(os.path.join(output_dir, "**", "*.log"), recursive=True))
+        started = time.time()
+        try:
+            # Inherit stdout/stderr: the run's progress lines appear as it prints them.
+            returncode = subprocess.call(command)
+        except OSError as error:  # launcher or python not found
+            print(f"=== sweep: cannot start run for seed {seed}: {error}", file=out, flush=True)
+            returncode = 127
+        seconds = time.time() - started
+        logs = sorted(set(glob.glob(os.path.join(output_dir, "**", "*.log"), recursive=True)) - before)
+        outcome = RunOutcome(seed, returncode, seconds, logs, _log_summary(logs))
+        outcomes.append(outcome)
+        verdict = "FAILED (exit %d)" % returncode if outcome.failed else "done"
+        print(f"=== sweep: seed {seed} {verdict} in {seconds:.0f} s; {outcome.summary}", file=out, flush=True)
+    return outcomes
+
+
+def _log_summary(logs):
+    if not logs:
+        return "no MLLOG file written"
+    parts = []
+    for path in logs:
+        record, problems = parse_log(path)
+        if record is None:
+            reasons = "; ".join(p.reason for p in problems if p.skipped)
+            parts.append(f"{os.path.basename(path)}: unusable ({reasons})")
+        else:
+            parts.append(f"{os.path.basename(path)}: {record.status}, {record.time_to_train_min:.2f} min to train")
+    return "; ".join(parts)
+
+
+def print_summary(model, outcomes, output_dir, out=sys.stdout):
+    failed = [o for o in outcomes if o.failed]
+    print(f"\n=== sweep {model} summary: {len(outcomes) - len(failed)} of {len(outcomes)} runs completed",
+          file=out)
+    for outcome in outcomes:
+        state = f"FAILED (exit {outcome.returncode})" if outcome.failed else "ok"
+        print(f"  seed {outcome.seed:>6}: {state:18s} {outcome.seconds:7.0f} s  {outcome.summary}", file=out)
+    if failed:
+        print(f"=== failed seeds: {','.join(str(o.seed) for o in failed)}", file=out)
+    print(f"=== report: python -m mlperf_keras.report --logs {output_dir} --out <report folder>", file=out, flush=True)
+
+
+def main(argv):
+    extra_flags = argv[1:]  # everything after "--"
+    try:
+        seeds = seed_list(FLAGS.seeds, FLAGS.num_runs, FLAGS.first_seed)
+    except SweepError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_ARGS
+    reused = seeds_already_in(FLAGS.output_dir, FLAGS.model, seeds)
+    if reused:
+        print(f"warning: {FLAGS.output_dir} already has {FLAGS.model} logs with seeds {reused}; the report keeps "
+              "only the first run of each seed", file=sys.stderr)
+    if FLAGS.dry_run:
+        for seed in seeds:
+            print(shlex.join(run_command(FLAGS.model, seed, FLAGS.output_dir, extra_flags, FLAGS.launcher,
+                                         FLAGS.train_module)))
+        return EXIT_OK
+    outcomes = []
+    try:
+        run_sweep(FLAGS.model, seeds, FLAGS.output_dir, extra_flags, FLAGS.launcher, FLAGS.train_module,
+                  outcomes=outcomes)
+    except KeyboardInterrupt:
+        print("\n=== sweep interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if outcomes:
+            print_summary(FLAGS.model, outcomes, FLAGS.output_dir)
+    return EXIT_RUN_FAILED if any(o.failed for o in outcomes) else EXIT_OK
+
+
+if __name__ == "__main__":
+    app.run(main)

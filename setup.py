@@ -1,0 +1,33 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="mlperf_keras",
+    version="0.1.0",
+    description="The MLPerf Training workloads in Keras 3 (TensorFlow or JAX), from raw data to MLPerf result files",
+    long_description=open("README.md").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["mlperf_keras", "mlperf_keras.*", "data_prep", "data_prep.*"]),
+    package_data={"mlperf_keras.compliance": ["*.yaml"]},
+    install_requires=[
+        "numpy>=1.26",
+        "absl-py>=2.0",
+        "keras>=3.8",
+        "mlperf-logging>=4.1",
+        "pandas>=2.0",
+        "matplotlib>=3.8",
+    ],
+    extras_require={
+        # TensorFlow is the default backend and the one that reads prepared datasets; JAX needs no TensorFlow.
+        "tf": ["tensorflow==2.21.*"],
+        "tf-cpu": ["tensorflow-cpu==2.21.*"],
+        "gpu": ["tensorflow[and-cuda]==2.21.*"],
+        "jax": ["jax>=0.4.30"],
+        "test": ["pytest>=8", "jax>=0.4.30"],
+    },
+    entry_points={
+        "console_scripts": [
+            "mlperf-keras-train=mlperf_keras.train:run_main",
+        ],
+    },
+)

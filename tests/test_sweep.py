@@ -1,0 +1,61 @@
+"""Seed sweeps: N seeded runs into one folder, streamed, past failures, with an honest exit status."""
+import glob
+import os
+
+import pytest
+
+from mlperf_keras.sweep import SweepError, run_command, seed_list
+from tests.conftest import ROOT, run_cli
+
+FAKE_TRAIN_DIR = os.path.join(ROOT, "tests", "data", "report")
+
+
+def sweep(*args):
+    env = {"PYTHONPATH": os.pathsep.join([FAKE_TRAIN_DIR, ROOT, os.environ.get("PYTHONPATH", "")])}
+    return run_cli("mlperf_keras.sweep", "--train_module=fake_train", *args, timeout=120, env=env)
+
+
+def test_seed_lists():
+    assert seed_list(seeds=["1", "2", "5"]) == [1, 2, 5]
+    assert seed_list(num_runs=3, first_seed=10) == [10, 11, 12]
+    for bad in (dict(seeds=["1", "1"]), dict(seeds=["x"]), dict(), dict(seeds=["1"], num_runs=2),
+                dict(num_runs=0)):
+        with pytest.raises(SweepError):
+            seed_list(**bad)
+
+
+def test_command_line_of_one_run():
+    command = run_command("ssd", 4, "out", ["--max_epochs=2"], launcher="horovodrun -np 2 -H localhost:2",
+                          python="python")
+    assert command == ["horovodrun", "-np", "2", "-H", "localhost:2", "python", "-m", "mlperf_keras.train",
+                       "--model=ssd", "--seed=4", "--output_dir=out", "--max_epochs=2"]
+
+
+def test_sweep_runs_every_seed_into_one_folder_and_passes_extra_flags(tmp_path):
+    out = tmp_path / "runs"
+    done = sweep("--model=ncf", "--num_runs=3", "--first_seed=7", f"--output_dir={out}", "--", "--echo=HELLO")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("fake train: model ncf seed") == 3 and "HELLO" in done.stdout
+    assert sorted(os.path.basename(p).split("_")[1] for p in glob.glob(str(out / "*.log"))) == \
+        ["seed7", "seed8", "seed9"]
+    assert "3 of 3 runs completed" in done.stdout and "success" in done.stdout
+
+
+def test_sweep_continues_past_a_failed_run_and_names_it(tmp_path):
+    out = tmp_path / "runs"
+    done = sweep("--model=ncf", "--seeds=1,2,3", f"--output_dir={out}", "--", "--fail_seeds=2")
+    assert done.returncode == 1
+    assert "failed seeds: 2" in done.stdout and "2 of 3 runs completed" in done.stdout
+    assert len(glob.glob(str(out / "*.log"))) == 2
+
+
+def test_dry_run_prints_commands_with_launcher(tmp_path):
+    done = sweep("--model=resnet", "--seeds=1,2", f"--output_dir={tmp_path}", "--dry_run",
+                 "--launcher=horovodrun -np 2 -H localhost:2")
+    assert done.returncode == 0
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("horovodrun -np 2 -H localhost:2 ") and "--seed=2" in lines[1]
+
+
+def test_bad_arguments_exit_2(tmp_path):
+    assert sweep("--model=ncf", "--seeds=1,1", f"--output_dir={tmp_path}").returncode == 2
