@@ -17,14 +17,20 @@ from mlperf_keras.reporting.build import build_report
 from mlperf_keras.reporting.submission import OutputNotOurs
 
 FLAGS = flags.FLAGS
-flags.DEFINE_multi_string("logs", None, "Folder(s) to read MLLOG files from, recursively. "
-                          "Several may follow one --logs (--logs A B) or --logs may repeat.")
-flags.DEFINE_string("out", None, "Folder for the report and the submission layout.")
-flags.DEFINE_string("baseline", None, "System to compute speedups against: a platform (r740_t4), "
-                    "a GPU type (\"NVIDIA T4\") or a system name without the count.")
-flags.DEFINE_bool("overwrite", False, "Replace a results/ folder under --out that this reporter did not write.")
-flags.DEFINE_bool("compliance", True, "Run the official compliance checker on every log.")
-flags.mark_flag_as_required("out")
+
+
+def define_flags():
+    """Only when run as a program, so importing this module never clashes with another entry point's flags."""
+    flags.DEFINE_multi_string("logs", None, "Folder(s) to read MLLOG files from, recursively. "
+                              "Several may follow one --logs (--logs A B) or --logs may repeat.")
+    flags.DEFINE_string("out", None, "Folder for the report and the submission layout.")
+    flags.DEFINE_string("baseline", None, "System to compute speedups against: a platform (r740_t4), "
+                        "a GPU type (\"NVIDIA T4\") or a system name without the count.")
+    flags.DEFINE_bool("overwrite", False, "Replace a results/ folder under --out that this reporter did not write.")
+    flags.DEFINE_bool("compliance", True, "Run the official compliance checker on every log.")
+    flags.DEFINE_bool("charts", True, "Draw the charts (--nocharts: tables only, faster).")
+    flags.mark_flag_as_required("out")
+
 
 EXIT_OK, EXIT_SKIPPED, EXIT_FAILED = 0, 1, 2
 
@@ -37,7 +43,7 @@ def main(argv):
         return EXIT_FAILED
     try:
         report = build_report(log_dirs, FLAGS.out, baseline=FLAGS.baseline, overwrite=FLAGS.overwrite,
-                              check_compliance=FLAGS.compliance)
+                              check_compliance=FLAGS.compliance, draw_charts=FLAGS.charts)
     except OutputNotOurs as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -46,11 +52,19 @@ def main(argv):
     for result in report.results:
         score = f"{result.score_min:.2f} min" if result.score_min is not None else "no score"
         print(f"  {result.benchmark:12s} {result.system:40s} {score:>12s}  {result.status}")
+    for note in report.speedup_notes:
+        print(f"warning: {note}", file=sys.stderr)
     for problem in report.problems:
         label = "skipped" if problem.skipped else "warning"
         print(f"{label}: {problem.path}: {problem.reason}", file=sys.stderr)
     return EXIT_SKIPPED if report.skipped else EXIT_OK
 
 
-if __name__ == "__main__":
+def run():
+    """Console-script entry point (setup.py)."""
+    define_flags()
     app.run(main)
+
+
+if __name__ == "__main__":
+    run()

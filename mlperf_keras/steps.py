@@ -67,7 +67,8 @@ class _JaxTrainStep:
     def __init__(self, model, optimizer, loss_fn, dist, jit_compile):
         import jax
 
-        del dist  # DataParallel shards the batch and inserts the gradient all-reduce inside jit
+        # Variables are replicated by keras.distribution; a sharded batch makes XLA all-reduce the gradients.
+        self.dist = dist
         self.model, self.optimizer = model, optimizer
         optimizer.build(model.trainable_variables)
 
@@ -97,7 +98,7 @@ class _JaxTrainStep:
                 [v.value for v in self.optimizer.variables])
 
     def __call__(self, x, y):
-        loss, self._state = self._step(self._state, x, y)
+        loss, self._state = self._step(self._state, *self.dist.shard_batch((x, y)))
         return loss
 
     def predict(self, x) -> np.ndarray:

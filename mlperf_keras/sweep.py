@@ -24,15 +24,21 @@ from absl import app, flags
 from mlperf_keras.reporting.parse import parse_log
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", None, "The workload, as for mlperf_keras.train (ncf, resnet, ...).")
-flags.DEFINE_list("seeds", None, "Seeds to run, e.g. 1,2,3. Exclusive with --num_runs.")
-flags.DEFINE_integer("num_runs", None, "Number of runs, seeds --first_seed, --first_seed+1, ...")
-flags.DEFINE_integer("first_seed", 1, "First seed with --num_runs.")
-flags.DEFINE_string("output_dir", None, "The results folder every run writes its MLLOG file into.")
-flags.DEFINE_string("launcher", "", "Command put before each run, e.g. \"horovodrun -np 2 -H localhost:2\".")
-flags.DEFINE_string("train_module", "mlperf_keras.train", "The module each run executes with python -m.")
-flags.DEFINE_bool("dry_run", False, "Print the commands without running them.")
-flags.mark_flags_as_required(["model", "output_dir"])
+
+
+def define_flags():
+    """Only when run as a program: --model, --output_dir and --dry_run are also mlperf_keras.train's flag
+    names, and absl refuses a flag defined twice in one process (tests import both modules)."""
+    flags.DEFINE_string("model", None, "The workload, as for mlperf_keras.train (ncf, resnet, ...).")
+    flags.DEFINE_list("seeds", None, "Seeds to run, e.g. 1,2,3. Exclusive with --num_runs.")
+    flags.DEFINE_integer("num_runs", None, "Number of runs, seeds --first_seed, --first_seed+1, ...")
+    flags.DEFINE_integer("first_seed", 1, "First seed with --num_runs.")
+    flags.DEFINE_string("output_dir", None, "The results folder every run writes its MLLOG file into.")
+    flags.DEFINE_string("launcher", "", "Command put before each run, e.g. \"horovodrun -np 2 -H localhost:2\".")
+    flags.DEFINE_string("train_module", "mlperf_keras.train", "The module each run executes with python -m.")
+    flags.DEFINE_bool("dry_run", False, "Print the commands without running them.")
+    flags.mark_flags_as_required(["model", "output_dir"])
+
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_ARGS, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -175,5 +181,11 @@ def main(argv):
     return EXIT_RUN_FAILED if any(o.failed for o in outcomes) else EXIT_OK
 
 
-if __name__ == "__main__":
+def run():
+    """Console-script entry point (setup.py)."""
+    define_flags()
     app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import sys
 
 from absl import app, flags
@@ -79,6 +80,9 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
         global_batch = workload.default_global_batch(hparams, dist.world_size, preset)
     if global_batch <= 0:
         raise ConfigError(f"--batch_size must be positive, got {global_batch}")
+    if global_batch % (dist.world_size * dist.devices_per_worker):
+        raise ConfigError(f"global batch {global_batch} does not split evenly over {dist.world_size} workers x "
+                          f"{dist.devices_per_worker} devices")
     model_name, count, memory = system.detect_accelerators()
     platform = values.platform or (model_name.replace(" ", "_").lower() if count else "cpu")
     peak = values.peak_tflops or (system.peak_tflops(model_name, values.precision) if count else None)
@@ -92,7 +96,8 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
         data_dir=values.data_dir, output_dir=values.output_dir, synthetic=values.synthetic, demo=demo,
         num_workers=dist.world_size, backend=_backend(), jit_compile=values.jit_compile,
         submission_org=values.org, submission_division=values.division, submission_status=values.status,
-        system=SystemInfo(platform=platform, accelerator_model=model_name, accelerators_per_worker=min(count, 1),
+        system=SystemInfo(platform=platform, accelerator_model=model_name,
+                          accelerators_per_worker=dist.devices_per_worker if count else 0,
                           accelerator_memory_gb=memory, host_cpu=system.host_cpu(),
                           host_memory_gb=system.host_memory_gb(), peak_tflops=peak),
         eval_offset=values.eval_offset, progress_seconds=values.progress_seconds)
@@ -158,6 +163,9 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.backend:
         os.environ["KERAS_BACKEND"] = FLAGS.backend
+    # A launcher ends the other workers with SIGTERM when one dies: exit through Python so the loop logs
+    # run_stop "aborted" instead of leaving a log that ends mid-run.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from mlperf_keras import distribute
     from mlperf_keras.inputs.manifest import DataError
 

@@ -252,7 +252,7 @@ else
     now=$(( $(date +%s) - START ))
     if (( now - last >= 60 )); then
       last=$now
-      step=$(grep -oE '^\[ *[0-9]+%\] [A-Za-z]+.*' "$BUILD_LOG" 2>/dev/null | tail -n 1 | cut -c1-110 || true)
+      step=$(grep -oE '^[[:space:]]*\[ *[0-9]+%\] [A-Za-z]+.*' "$BUILD_LOG" 2>/dev/null | tail -n 1 | sed -E 's/^[[:space:]]+//; s/ CXX object / /' | cut -c1-110 || true)
       log "  still building (${now}s)${step:+: $step}"
     fi
   done

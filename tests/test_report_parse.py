@@ -86,3 +86,15 @@ def test_v06_mll_format_is_read(tmp_path):
     assert problems == []
     assert record.time_to_train_min == pytest.approx(2.0) and record.ruleset == "0.6"
     assert record.epochs_to_converge == 1
+
+
+def test_v06_logs_are_checked_with_the_06_checker(tmp_path):
+    from mlperf_keras.reporting.compliance import check_log
+    path = tmp_path / "result_0.txt"
+    path.write_text(":::MLL 0.0 submission_benchmark: {\"value\": \"gnmt\", \"metadata\": {}}\n"
+                    ":::MLL 1000.0 run_start: {\"value\": null, \"metadata\": {}}\n"
+                    ":::MLL 1120.0 run_stop: {\"value\": null, \"metadata\": {\"status\": \"success\"}}\n")
+    record, _ = parse_log(str(path))
+    verdict = check_log(record.path, record.benchmark, record.log_format)
+    assert verdict.ruleset == "0.6.0" and verdict.status == "fail"   # parsed, then rules fail (no init_start...)
+    assert "parsing errors" not in verdict.detail

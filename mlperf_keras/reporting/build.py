@@ -17,7 +17,7 @@ from typing import List, Optional
 
 import pandas as pd
 
-from mlperf_keras.reporting import charts, compliance, rules, tables
+from mlperf_keras.reporting import charts, compliance, tables
 from mlperf_keras.reporting.logfiles import find_log_files
 from mlperf_keras.reporting.parse import display_path, parse_logs
 from mlperf_keras.reporting.records import Problem
@@ -35,7 +35,8 @@ class Report:
     frames: dict                       # table name -> DataFrame
     chart_paths: list
     system_files: dict                 # system -> (path, [fields still empty], [notes])
-    submission_notes: list
+    submission_notes: list             # e.g. a ruleset's runs not written because a newer one was
+    speedup_notes: list                # e.g. --baseline matched nothing
     ruleset_views: dict                # checker ruleset -> folder with only the benchmarks it knows
     report_path: Optional[str] = None
 
@@ -44,7 +45,7 @@ class Report:
         return [p for p in self.problems if p.skipped]
 
 
-def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compliance=True):
+def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compliance=True, draw_charts=True):
     """Write the report; returns a Report. Bad inputs become Problems, never exceptions."""
     problems = [Problem(d, "not a folder") for d in log_dirs if not os.path.isdir(d)]
     folders = [d for d in log_dirs if os.path.isdir(d)]
@@ -58,7 +59,7 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     problems += duplicate_problems
     if check_compliance:
         for record in records:
-            record.compliance = compliance.check_log(record.path, record.benchmark)
+            record.compliance = compliance.check_log(record.path, record.benchmark, record.log_format)
     results = score_all(records)
 
     ttt = tables.time_to_train_table(results)
@@ -83,10 +84,12 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     for name, frame in frames.items():
         frame.to_csv(os.path.join(table_dir, f"{name}.csv"), index=False)
 
-    chart_dir = os.path.join(out_dir, "charts")
-    chart_paths = (charts.time_to_train_chart(ttt, chart_dir) + charts.throughput_chart(throughput, chart_dir)
-                   + charts.epochs_per_seed_chart(per_seed, chart_dir)
-                   + charts.quality_curves_chart(records, chart_dir))
+    chart_paths = []
+    if draw_charts:
+        chart_dir = os.path.join(out_dir, "charts")
+        chart_paths = (charts.time_to_train_chart(ttt, chart_dir) + charts.throughput_chart(throughput, chart_dir)
+                       + charts.epochs_per_seed_chart(per_seed, chart_dir)
+                       + charts.quality_curves_chart(records, chart_dir))
 
     system_files = {}
     by_system = {}
@@ -97,10 +100,10 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
         path, still_empty = write_system_file(out_dir, fields)
         system_files[system] = (path, still_empty, notes)
     chosen, submission_notes = write_results(out_dir, results)
-    ruleset_views = write_ruleset_views(out_dir, chosen, rules.CHECKER_RULESET)
+    ruleset_views = write_ruleset_views(out_dir, chosen)
 
     report = Report(records, results, problems, frames, chart_paths, system_files,
-                    submission_notes + speedup_notes, ruleset_views)
+                    submission_notes, speedup_notes, ruleset_views)
     report.report_path = os.path.join(out_dir, "report.md")
     with open(report.report_path, "w") as handle:
         handle.write(render_report(report, log_dirs, out_dir, baseline))

@@ -68,16 +68,17 @@ def time_to_train_chart(ttt, out_dir):
     series = list(data.sort_values(["family", "devices_key"])[["family", "devices_key"]]
                   .drop_duplicates().itertuples(index=False, name=None))
     colors = _series_colors(series)
-    width = 0.8 / len(series)
-    figure, axis = plt.subplots(figsize=(max(6.0, 1.2 + len(benchmarks) * (0.5 + 0.35 * len(series))), 4.6))
+    present = {b: [sr for sr in series if not data[(data["benchmark"] == b) & (data["family"] == sr[0])
+                                                   & (data["devices_key"] == sr[1])].empty] for b in benchmarks}
+    width = 0.8 / max(len(p) for p in present.values())
+    figure, axis = plt.subplots(figsize=(max(6.0, 2.5 + sum(0.5 + 0.35 * len(p) for p in present.values())), 4.6))
     any_hatched = False
-    for s_index, (family, devices) in enumerate(series):
-        for b_index, benchmark in enumerate(benchmarks):
-            row = data[(data["benchmark"] == benchmark) & (data["family"] == family) & (data["devices_key"] == devices)]
-            if row.empty:
-                continue
-            row = row.iloc[0]
-            x = b_index - 0.4 + width * (s_index + 0.5)
+    for b_index, benchmark in enumerate(benchmarks):
+        # Only the systems that ran this benchmark share its slot, centred on the tick.
+        for s_index, (family, devices) in enumerate(present[benchmark]):
+            row = data[(data["benchmark"] == benchmark) & (data["family"] == family)
+                       & (data["devices_key"] == devices)].iloc[0]
+            x = b_index + width * (s_index - (len(present[benchmark]) - 1) / 2)
             value = row["time_to_train_min"]
             hatched = row["basis"] != MLPERF_SCORE
             any_hatched |= hatched
@@ -121,7 +122,8 @@ def _minutes_label(value):
 def _panels(count, width_each=4.2, height=3.6):
     columns = min(count, 3)
     rows = int(np.ceil(count / columns))
-    figure, axes = plt.subplots(rows, columns, figsize=(width_each * columns, height * rows), squeeze=False)
+    # A single panel still gets room for the figure title and legend.
+    figure, axes = plt.subplots(rows, columns, figsize=(max(6.5, width_each * columns), height * rows), squeeze=False)
     for axis in axes.flat[count:]:
         axis.set_visible(False)
     return figure, list(axes.flat[:count])
@@ -141,10 +143,13 @@ def throughput_chart(throughput, out_dir):
         subset = data[data["benchmark"] == benchmark]
         counts = sorted(subset["devices_key"].unique())
         present = [f for f in families if f in set(subset["family"])]
-        width = 0.8 / len(present)
+        width = min(0.8 / len(present), 0.35)
+        drew_ideal = False
+        peak = subset["throughput_samples_per_s"].max()
         for f_index, family in enumerate(present):
             rows = subset[subset["family"] == family].set_index("devices_key")
-            xs = [c_index - 0.4 + width * (f_index + 0.5) for c_index, c in enumerate(counts) if c in rows.index]
+            offset = width * (f_index - (len(present) - 1) / 2)
+            xs = [c_index + offset for c_index, c in enumerate(counts) if c in rows.index]
             values = [rows.loc[c, "throughput_samples_per_s"] for c in counts if c in rows.index]
             errors = [np.nan_to_num(rows.loc[c, "std_samples_per_s"]) for c in counts if c in rows.index]
             axis.bar(xs, values, width * 0.92, yerr=errors, capsize=2, color=family_colors[family],
@@ -155,21 +160,26 @@ def throughput_chart(throughput, out_dir):
             if 1 in rows.index and len(rows.index) > 1:
                 # Linear scaling from the 1-device throughput: how far each bar falls short of it.
                 base = rows.loc[1, "throughput_samples_per_s"]
-                ideal = [(c_index - 0.4 + width * (f_index + 0.5), base * c)
-                         for c_index, c in enumerate(counts) if c > 0 and c in rows.index]
+                ideal = [(c_index + offset, base * c) for c_index, c in enumerate(counts) if c > 0 and c in rows.index]
+                drew_ideal = True
+                peak = max(peak, max(p[1] for p in ideal))
                 axis.plot([p[0] for p in ideal], [p[1] for p in ideal], linestyle="--", marker="_",
                           color=family_colors[family], linewidth=1, label="_nolegend_")
         axis.set_xticks(range(len(counts)))
-        axis.set_xticklabels(["?" if c == -1 else str(c) for c in counts])
-        cpu_only = all(str(f).lower().startswith("cpu") or "(cpu)" in str(f).lower() for f in present)
-        axis.set_xlabel("CPU workers" if cpu_only else "GPUs")
+        axis.set_xticklabels(["unknown" if c == -1 else str(c) for c in counts])
+        axis.set_xlim(-0.6, len(counts) - 0.4)
+        # Headroom above the tallest bar or ideal point for value labels and the legend.
+        axis.set_ylim(0, peak * (1.15 + 0.1 * len(present)))
+        is_cpu = [str(f).lower() == "cpu" or str(f).lower().endswith("(cpu)") for f in present]
+        axis.set_xlabel("CPU workers" if all(is_cpu) else "GPUs (CPU runs: workers)" if any(is_cpu) else "GPUs")
         axis.set_ylabel("Throughput (samples/s)")
         axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _short_number(value)))
         axis.set_title(benchmark)
         axis.grid(axis="y", alpha=0.3)
         axis.set_axisbelow(True)
         handles, labels = axis.get_legend_handles_labels()
-        handles.append(Line2D([], [], linestyle="--", color="grey", label="linear scaling from 1"))
+        if drew_ideal:
+            handles.append(Line2D([], [], linestyle="--", color="grey", label="linear scaling from 1"))
         axis.legend(handles=handles, fontsize=7, frameon=False, loc="upper left")
     figure.suptitle("Training throughput by GPU count (higher is better)", fontsize=11)
     figure.tight_layout()
@@ -230,9 +240,9 @@ def epochs_per_seed_chart(per_seed, out_dir):
                Line2D([], [], color="black", linewidth=2, label="mean"),
                Line2D([], [], color="grey", linewidth=0.8, label="min-max"),
                Line2D([], [], marker="x", linestyle="", color="tab:red", label="did not converge")]
-    figure.legend(handles=handles, loc="upper right", fontsize=8, frameon=False, ncol=4)
-    figure.suptitle("Epochs to converge per seed", fontsize=11, x=0.02, ha="left")
-    figure.tight_layout(rect=(0, 0, 1, 0.95))
+    figure.suptitle("Epochs to converge per seed", fontsize=11)
+    figure.tight_layout(rect=(0, 0.07, 1, 1))
+    figure.legend(handles=handles, loc="lower center", fontsize=8, frameon=False, ncol=4)
     return _save(figure, out_dir, "epochs_per_seed")
 
 

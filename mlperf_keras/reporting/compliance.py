@@ -23,9 +23,9 @@ from mlperf_keras.reporting.records import Compliance
 PROJECT_RULES = {"ncf": NCF_RULES}
 
 
-def check_log(path, benchmark):
+def check_log(path, benchmark, log_format="mllog"):
     """Compliance verdict for one log of a known benchmark."""
-    ruleset = rules.CHECKER_RULESET.get(benchmark)
+    ruleset = rules.checker_ruleset(benchmark, log_format)
     if ruleset is None:
         return _check_with_project_rules(path, benchmark)
     try:

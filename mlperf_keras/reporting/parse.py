@@ -83,6 +83,7 @@ def parse_log(path):
         global_batch_size=_as_float(first.get("global_batch_size")),
         quality_target=_as_float(first.get("quality_target")),
     )
+    record.log_format = log_format
     if log_format == "mll_v0.6" and record.ruleset is None:
         record.ruleset = "0.6"
     record.mlperf_target = rules.mlperf_target(benchmark, record.ruleset)

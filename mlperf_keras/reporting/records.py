@@ -60,6 +60,7 @@ class RunRecord:
     missing: list = dataclasses.field(default_factory=list)   # keys the log did not have
     notes: list = dataclasses.field(default_factory=list)
     compliance: Optional[Compliance] = None
+    log_format: str = "mllog"                # "mllog" (v0.7+ JSON lines) or "mll_v0.6"
 
     @property
     def time_to_train_min(self):

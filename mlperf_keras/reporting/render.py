@@ -11,13 +11,15 @@ _MINUTES = "{:.2f}"
 _RATE = "{:,.0f}"
 _PCT = "{:.0f}%"
 _TIMES = "{:.2f}x"
+_COUNT = "{:g}"
 
 
 def render_report(report, log_dirs, out_dir, baseline):
     frames = report.frames
     parts = [_header(report, log_dirs)]
     parts.append(_section("MLPerf results", table(
-        frames["scores"], {"score_min": _MINUTES},
+        frames["scores"], {"score_min": _MINUTES, "runs_used": _COUNT, "runs_required": _COUNT,
+                           "non_converged": _COUNT},
         ["benchmark", "system", "ruleset", "runs_used", "runs_required", "non_converged", "score_min", "status",
          "submittable", "notes"]),
         "Score: `run_stop - run_start` in minutes; of the first N runs (N = 5 or 10 by benchmark; NCF v0.5: the "
@@ -29,27 +31,27 @@ def render_report(report, log_dirs, out_dir, baseline):
                           "`*`: not a valid MLPerf score (too few runs or too many non-converged): the mean of the "
                           "converged runs, shown so configurations can still be compared. `n/c`: no run converged.",
                           _image(report, "time_to_train")))
-    parts.append(_speedup_section(frames, baseline, report.submission_notes))
+    parts.append(_speedup_section(frames, baseline, report.speedup_notes))
     parts.append(_section("Scaling with GPU count (against the 1-GPU run)", table(
-        frames["scaling"], {"time_to_train_min": _MINUTES, "ttt_speedup": _TIMES, "ttt_efficiency_pct": _PCT,
+        frames["scaling"], {"devices": _COUNT, "time_to_train_min": _MINUTES, "ttt_speedup": _TIMES, "ttt_efficiency_pct": _PCT,
                             "throughput_samples_per_s": _RATE, "throughput_speedup": _TIMES,
                             "throughput_efficiency_pct": _PCT}),
         "Efficiency = speedup / GPU count. Time-to-train scaling includes seed-to-seed variation in epochs to "
         "converge; throughput scaling does not. CPU runs scale by worker count."))
     parts.append(_section("Throughput (samples/s)", table(
-        frames["throughput"], {"throughput_samples_per_s": _RATE, "std_samples_per_s": _RATE,
+        frames["throughput"], {"devices": _COUNT, "throughput_samples_per_s": _RATE, "std_samples_per_s": _RATE,
                                "per_device_samples_per_s": _RATE},
         ["benchmark", "system", "gpu_type", "devices", "throughput_samples_per_s", "std_samples_per_s",
          "per_device_samples_per_s", "runs", "source"]),
         "Median of per-epoch throughput in each run, averaged over runs.", _image(report, "throughput")))
     parts.append(_section("Epochs to converge per seed", table(
-        frames["epochs_summary"], {"mean": "{:.2f}", "std": "{:.2f}", "min": "{:g}", "median": "{:g}",
+        frames["epochs_summary"], {"runs": _COUNT, "converged": _COUNT, "mean": "{:.2f}", "std": "{:.2f}", "min": "{:g}", "median": "{:g}",
                                    "max": "{:g}", "global_batch_size": "{:g}"}),
         "`seed:epochs` lists every run; `n/c`: did not converge. Statistics are over converged runs.",
         _image(report, "epochs_per_seed")))
     parts.append(_section("Quality curves", "", "", _image(report, "quality_curves")))
     parts.append(_section("Runs", table(
-        frames["runs"], {"time_to_train_min": _MINUTES, "throughput_samples_per_s": _RATE,
+        frames["runs"], {"workers": _COUNT, "seed": _COUNT, "time_to_train_min": _MINUTES, "throughput_samples_per_s": _RATE,
                          "epochs_to_converge": "{:g}", "quality_target": "{:g}"},
         ["file", "benchmark", "system", "workers", "seed", "ruleset", "status", "time_to_train_min",
          "epochs_to_converge", "final_quality", "quality_target", "throughput_samples_per_s", "compliance",
@@ -103,11 +105,10 @@ def _speedup_section(frames, baseline, notes):
         return _section("Speedup", "", hint)
     speedup = frames.get("speedup")
     note = "Speedup = baseline time-to-train / system time-to-train (same benchmark, same GPU count)."
-    extra = [n for n in notes if "baseline" in n or "matches no system" in n or "both" in n]
-    if extra:
-        note += " " + " ".join(extra)
+    if notes:
+        note += " " + " ".join(notes)
     return _section(f"Speedup over {baseline}", table(
-        speedup, {"baseline_min": _MINUTES, "system_min": _MINUTES, "speedup": _TIMES}), note)
+        speedup, {"devices": _COUNT, "baseline_min": _MINUTES, "system_min": _MINUTES, "speedup": _TIMES}), note)
 
 
 def _compliance_section(report):
@@ -126,7 +127,9 @@ def _compliance_section(report):
     for benchmark in sorted({b for b, _ in counts}):
         summary = ", ".join(f"{n} {status}" for (b, status), n in sorted(counts.items()) if b == benchmark)
         lines.append(f"- **{benchmark}**: {summary}")
-    details = [r for r in report.records if r.compliance and r.compliance.status != "pass"]
+    # Every failing log, and unsupported ones whose project rules did not come out ok.
+    details = [r for r in report.records if r.compliance and r.compliance.status != "pass"
+               and not (r.compliance.status == "unsupported" and r.compliance.detail.endswith(": ok"))]
     if details:
         lines += ["", "| file | verdict | ruleset | detail |", "|---|---|---|---|"]
         for record in details:
@@ -140,14 +143,21 @@ def _submission_section(report, out_dir):
     lines = ["## Submission layout", "",
              f"Written under `{out_dir}`: `systems/<system>.json` and `results/<system>/<benchmark>/result_<i>.txt` "
              "(copies of the logs, first runs first)."]
-    for system, (path, still_empty, notes) in sorted(report.system_files.items()):
-        lines.append(f"- `{os.path.relpath(path, out_dir)}`: fill in "
-                     + (", ".join(f"`{f}`" for f in still_empty) if still_empty else "nothing")
-                     + "; `number_of_nodes` and `host_processors_per_node` were assumed to be 1."
-                     + (" " + " ".join(notes) if notes else ""))
+    files = sorted(report.system_files.items())
+    common = set.intersection(*(set(empty) for _, (_, empty, _) in files)) if files else set()
+    if common:
+        lines.append("- In every system file, fill in the fields no log can know: "
+                     + ", ".join(f"`{f}`" for f in sorted(common)) + ".")
+    if files:
+        lines.append("- `number_of_nodes` and `host_processors_per_node` were assumed to be 1: check them.")
+    for system, (path, still_empty, notes) in files:
+        extra = [f for f in still_empty if f not in common]
+        if extra or notes:
+            lines.append(f"- `{os.path.relpath(path, out_dir)}`: "
+                         + (("also fill in " + ", ".join(f"`{f}`" for f in extra) + ". ") if extra else "")
+                         + " ".join(notes))
     for note in report.submission_notes:
-        if "not written" in note:
-            lines.append(f"- {note}")
+        lines.append(f"- {note}")
     if report.ruleset_views:
         lines += ["", "No single official ruleset knows all six benchmarks, and `result_summarizer` stops at a "
                       "benchmark its ruleset lacks, so `by_ruleset/<R>/` holds the part of the submission each "

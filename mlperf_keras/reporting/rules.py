@@ -28,6 +28,17 @@ CHECKER_RULESET = {
     "transformer": "0.7.0",
     "ncf": None,
 }
+# v0.6 logs (':::MLL <seconds> key: json') only parse with the 0.6.0 checker, which knows all but ncf.
+_V06_CHECKER_RULESET = "0.6.0"
+
+
+def checker_ruleset(benchmark, log_format="mllog"):
+    """The compliance-checker ruleset for a log of this benchmark and format; None if none knows it."""
+    if log_format == "mll_v0.6" and CHECKER_RULESET.get(benchmark):
+        return _V06_CHECKER_RULESET
+    return CHECKER_RULESET.get(benchmark)
+
+
 # For benchmarks no ruleset knows, the project's own rules file is run on the checker engine of this
 # ruleset (its log parser and rule semantics); the verdict stays "unsupported".
 PROJECT_RULES_ENGINE = "0.7.0"

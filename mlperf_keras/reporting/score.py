@@ -29,10 +29,6 @@ class Result:
     notes: List[str] = dataclasses.field(default_factory=list)
 
     @property
-    def converged_runs(self):
-        return [r for r in self.used if r.converged]
-
-    @property
     def submittable(self):
         """Scored, every used run passes the official checker, and none is a demo run."""
         return (self.score_min is not None and not any(r.demo for r in self.used)

@@ -1,0 +1,85 @@
+"""Decoding for the translation workloads: beam search over a model's cached decoder, compiled for the backend.
+
+A decodable model provides
+  encode(source, training) -> (memory [B, S, d], memory_bias [B, 1, 1, S])
+  memory_kv(memory) -> per decoder layer (keys, values) of the encoder output, computed once per sentence
+  empty_cache(rows, max_length) -> the decoder's fixed-size self-attention cache
+  decode_step(ids [rows], position, cache, memory_kv, memory_bias) -> (logits [rows, V], cache)
+(workloads/transformer.py). `Translator` compiles one decode function for the active backend: tf.function (+ XLA)
+reading the model's variables as they are; on JAX a jax.jit function that takes the variables' current values as an
+argument (keras.StatelessScope), so it is compiled once and always decodes with the latest weights.
+"""
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import ops
+
+from mlperf_keras.decoding.beam_search import beam_search, length_penalty
+
+
+def translate_fn(model, beam_size: int, alpha: float, extra_length: int, eos_id: int):
+    """source [B, S] int32 -> best hypothesis [B, S + extra_length] int32 (EOS then zeros once finished)."""
+
+    def translate(source):
+        batch, source_length = int(source.shape[0]), int(source.shape[1])
+        max_length = source_length + extra_length
+        memory, memory_bias = model.encode(source, training=False)
+        tiled = [(ops.repeat(k, beam_size, axis=0), ops.repeat(v, beam_size, axis=0))
+                 for k, v in model.memory_kv(memory)]
+        bias = ops.repeat(memory_bias, beam_size, axis=0)
+
+        def step(ids, position, cache):
+            return model.decode_step(ids, position, cache, tiled, bias)
+
+        sequences, _ = beam_search(step, model.empty_cache(batch * beam_size, max_length), batch, beam_size, alpha,
+                                   max_length, eos_id)
+        return sequences[:, 0, 1:]
+
+    return translate
+
+
+class Translator:
+    """Compiled batched beam search for one model: `translator(source_ids) -> numpy ids` (one compile per shape)."""
+
+    def __init__(self, model, beam_size: int, alpha: float, extra_length: int, eos_id: int,
+                 jit_compile: bool = True):
+        self.model = model
+        fn = translate_fn(model, beam_size, alpha, extra_length, eos_id)
+        self.backend = keras.backend.backend()
+        if self.backend == "tensorflow":
+            import tensorflow as tf
+
+            self._fn = tf.function(fn, jit_compile=jit_compile)
+        elif self.backend == "jax":
+            import jax
+
+            variables = list(model.variables)
+
+            def stateless(values, source):
+                with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                    return fn(source)
+
+            self._variables = variables
+            self._fn = jax.jit(stateless) if jit_compile else stateless
+        else:
+            raise RuntimeError(f"Keras backend {self.backend!r} is not supported; use tensorflow or jax")
+
+    def __call__(self, source) -> np.ndarray:
+        source = np.asarray(source, dtype=np.int32)
+        if self.backend == "tensorflow":
+            return np.asarray(self._fn(source))
+        return np.asarray(self._fn([v.value for v in self._variables], source))
+
+
+def strip_eos(ids, eos_id: int) -> list[int]:
+    """The tokens of one decoded row before its first EOS (or padding id 0)."""
+    out = []
+    for token in np.asarray(ids).tolist():
+        if token == eos_id or token == 0:
+            break
+        out.append(token)
+    return out
+
+
+__all__ = ["Translator", "translate_fn", "beam_search", "length_penalty", "strip_eos"]

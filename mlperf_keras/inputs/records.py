@@ -1,0 +1,97 @@
+"""Generic TFRecord reading and writing for the shared tf.data input layer (ImageNet, COCO...).
+
+Reading: the list of record files is split by worker *first* (worker r of W takes files r, r+W, r+2W... of the
+manifest's order), then shuffled with a seed, then interleaved deterministically, so every worker reads a disjoint
+part of the data and a given (seed, epoch, worker) always yields the same record order. Writing: tf.train.Example
+protos through tf.io.TFRecordWriter, for the data_prep commands.
+"""
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from mlperf_keras.inputs.manifest import DataError
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def split_files(manifest: dict, split: str) -> list[dict]:
+    files = [f for f in manifest["files"] if f.get("split") == split]
+    if not files:
+        raise DataError(f"the prepared dataset has no {split!r} files (manifest lists "
+                        f"{sorted({f.get('split') for f in manifest['files']})})")
+    return files
+
+
+def worker_files(data_dir: str, manifest: dict, split: str, rank: int, world_size: int) -> list[str]:
+    """The record files of one worker: the split's files in manifest order, every world_size-th from rank."""
+    files = split_files(manifest, split)
+    if len(files) < world_size:
+        raise DataError(f"{data_dir}: {len(files)} {split} files cannot be shared by {world_size} workers "
+                        f"(prepare the data with at least {world_size} {split} shards)")
+    return [os.path.join(data_dir, f["name"]) for f in files[rank::world_size]]
+
+
+def worker_rows(manifest: dict, split: str, rank: int, world_size: int) -> int:
+    """How many records worker rank reads from split (the manifest counts rows per file)."""
+    return sum(int(f["rows"]) for f in split_files(manifest, split)[rank::world_size])
+
+
+def record_dataset(paths: list[str], *, shuffle_seed: int | None = None, repeat: bool = False,
+                   cycle_length: int = 10, buffer_bytes: int = 8 << 20) -> tf.data.Dataset:
+    """Serialized records of `paths` (one worker's files).
+
+    shuffle_seed: None reads files in the given order; an int shuffles the file order with that seed (a new
+    deterministic order each repetition when repeat=True). Records of up to cycle_length files are interleaved one
+    at a time in a fixed order (deterministic even though files are read in parallel).
+    """
+    if not paths:
+        raise DataError("no record files to read")
+    files = tf.data.Dataset.from_tensor_slices(list(paths))
+    if shuffle_seed is not None:
+        files = files.shuffle(len(paths), seed=shuffle_seed, reshuffle_each_iteration=True)
+    if repeat:
+        files = files.repeat()
+    return files.interleave(lambda path: tf.data.TFRecordDataset(path, buffer_size=buffer_bytes),
+                            cycle_length=max(1, min(cycle_length, len(paths))), block_length=1,
+                            num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+def parse(serialized, features: dict):
+    return tf.io.parse_single_example(serialized, features)
+
+
+def count_records(path: str) -> int:
+    """Records in one file; a truncated or corrupt file raises DataError naming it."""
+    try:
+        return int(tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+    except tf.errors.OpError as e:
+        raise DataError(f"{path}: not a readable TFRecord file ({e.message.splitlines()[0]})") from None
+
+
+# ---- writing (data_prep) ----
+
+def bytes_feature(value: bytes) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def int64_feature(value: int) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(value)]))
+
+
+def float_feature(values) -> tf.train.Feature:
+    return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def example(features: dict) -> bytes:
+    """A serialized tf.train.Example of {name: tf.train.Feature}."""
+    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+
+
+def writer(path: str) -> tf.io.TFRecordWriter:
+    return tf.io.TFRecordWriter(path)
+
+
+__all__ = ["AUTOTUNE", "bytes_feature", "count_records", "example", "float_feature", "int64_feature", "parse",
+           "record_dataset", "split_files", "worker_files", "worker_rows", "writer"]

@@ -1,0 +1,208 @@
+"""Attention blocks for the translation models, in keras.layers / keras.ops only (TensorFlow and JAX backends).
+
+As the MLPerf Transformer reference (the TF official model, after tensor2tensor): multi-head attention with
+bias-free query/key/value/output projections and queries scaled by depth^-0.5; a ReLU feed-forward block; each
+sub-layer wrapped as x + dropout(sublayer(layer_norm(x))) ("pre-norm"); sinusoidal positions; one embedding matrix
+shared by source, target and the output projection, scaled by sqrt(d_model), with padding (id 0) embedded as zeros.
+
+Attention logits and softmax are computed in float32 under mixed precision, so the -1e9 masking bias never
+overflows fp16. Decoding keeps a fixed-size key/value cache per layer (no growing shapes, so XLA compiles one loop).
+"""
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+NEG_INF = -1e9  # attention bias of masked positions (added in float32)
+
+
+def positional_encoding(positions, d_model: int, min_timescale: float = 1.0, max_timescale: float = 1.0e4):
+    """Sinusoidal position signal [len(positions), d_model]: sin over the first half, cos over the second
+    (tensor2tensor's get_timing_signal, as the reference). `positions` is a float vector (may be a traced tensor)."""
+    num_timescales = d_model // 2
+    log_increment = math.log(max_timescale / min_timescale) / max(num_timescales - 1, 1)
+    inv_timescales = min_timescale * ops.exp(ops.arange(num_timescales, dtype="float32") * -log_increment)
+    scaled = ops.expand_dims(ops.cast(positions, "float32"), 1) * ops.expand_dims(inv_timescales, 0)
+    return ops.concatenate([ops.sin(scaled), ops.cos(scaled)], axis=1)
+
+
+def padding_bias(ids, pad_id: int = 0):
+    """[B, 1, 1, S] float32: NEG_INF where ids == pad_id (keys that must not be attended to)."""
+    return ops.expand_dims(ops.expand_dims(ops.cast(ops.equal(ids, pad_id), "float32") * NEG_INF, 1), 1)
+
+
+def causal_bias(length: int):
+    """[1, 1, T, T] float32: NEG_INF above the diagonal (a position attends to itself and earlier ones)."""
+    rows = ops.expand_dims(ops.arange(length), 1)
+    cols = ops.expand_dims(ops.arange(length), 0)
+    return ops.reshape(ops.cast(ops.greater(cols, rows), "float32") * NEG_INF, (1, 1, length, length))
+
+
+class SharedEmbedding(keras.layers.Layer):
+    """Token embedding whose transposed matrix is also the output projection (logits), as the reference.
+
+    embed(ids) = E[ids] * sqrt(d_model), zero for the padding id; logits(x) = x E^T in float32.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int = 0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.d_model, self.pad_id, self.seed = vocab_size, d_model, pad_id, seed
+
+    def build(self, input_shape=None):
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(self.vocab_size, self.d_model),
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5, seed=self.seed))
+        self.built = True
+
+    def call(self, ids):
+        x = ops.take(ops.cast(self.embeddings, self.compute_dtype), ids, axis=0)
+        mask = ops.cast(ops.not_equal(ids, self.pad_id), self.compute_dtype)
+        return x * ops.expand_dims(mask, -1) * ops.cast(self.d_model ** 0.5, self.compute_dtype)
+
+    def logits(self, x):
+        w = ops.cast(self.embeddings, x.dtype)
+        return ops.cast(ops.matmul(x, ops.transpose(w)), "float32")
+
+
+def _dense(units, name, seed, use_bias=False):
+    return keras.layers.Dense(units, use_bias=use_bias, name=name,
+                              kernel_initializer=keras.initializers.GlorotUniform(seed=seed))
+
+
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head dot-product attention with bias-free projections; the keys/values may come from a cache."""
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if d_model % num_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
+        self.d_model, self.num_heads, self.depth = d_model, num_heads, d_model // num_heads
+        s = lambda k: None if seed is None else seed + k  # noqa: E731
+        self.query = _dense(d_model, "query", s(0))
+        self.key = _dense(d_model, "key", s(1))
+        self.value = _dense(d_model, "value", s(2))
+        self.output_dense = _dense(d_model, "output", s(3))
+        self.dropout = keras.layers.Dropout(dropout, seed=s(4))
+
+    def build(self, query_shape, memory_shape=None):
+        self.query.build(query_shape)
+        for layer in (self.key, self.value, self.output_dense):
+            layer.build(query_shape)
+        self.built = True
+
+    def _split(self, x):
+        return ops.reshape(x, (ops.shape(x)[0], -1, self.num_heads, self.depth))
+
+    def project_kv(self, memory):
+        """Keys and values [B, S, H, depth] of a memory (source, or the decoder input so far)."""
+        return self._split(self.key(memory)), self._split(self.value(memory))
+
+    def attend(self, x, k, v, bias, training=False):
+        """x [B, T, d] queries; k, v [B, S, H, depth]; bias broadcastable to [B, H, T, S] (float32)."""
+        q = self._split(self.query(x)) * ops.cast(self.depth ** -0.5, x.dtype)
+        logits = ops.einsum("bthd,bshd->bhts", ops.cast(q, "float32"), ops.cast(k, "float32")) + bias
+        weights = ops.cast(ops.softmax(logits, axis=-1), x.dtype)
+        weights = self.dropout(weights, training=training)
+        out = ops.einsum("bhts,bshd->bthd", weights, ops.cast(v, x.dtype))
+        return self.output_dense(ops.reshape(out, (ops.shape(x)[0], -1, self.d_model)))
+
+    def call(self, x, memory, bias, training=False):
+        k, v = self.project_kv(memory)
+        return self.attend(x, k, v, bias, training=training)
+
+    def cached_self_attention(self, x, cache_k, cache_v, position):
+        """One decoding step: x [B, 1, d] at `position` (scalar tensor). The step's key/value are written into the
+        fixed-size caches [B, L, H, depth] at `position`; positions after it are masked. Returns (out, k, v)."""
+        k_new, v_new = self.project_kv(x)
+        length = ops.shape(cache_k)[1]
+        here = ops.reshape(ops.equal(ops.arange(length), position), (1, length, 1, 1))
+        cache_k = ops.where(here, ops.cast(k_new, cache_k.dtype), cache_k)
+        cache_v = ops.where(here, ops.cast(v_new, cache_v.dtype), cache_v)
+        future = ops.cast(ops.greater(ops.arange(length), position), "float32") * NEG_INF
+        out = self.attend(x, cache_k, cache_v, ops.reshape(future, (1, 1, 1, length)))
+        return out, cache_k, cache_v
+
+
+class FeedForward(keras.layers.Layer):
+    """relu(x W1 + b1) (dropout) W2 + b2."""
+
+    def __init__(self, d_model: int, filter_size: int, dropout: float, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        s = lambda k: None if seed is None else seed + k  # noqa: E731
+        self.filter = _dense(filter_size, "filter", s(0), use_bias=True)
+        self.output_dense = _dense(d_model, "output", s(1), use_bias=True)
+        self.dropout = keras.layers.Dropout(dropout, seed=s(2))
+        self.filter_size = filter_size
+
+    def build(self, input_shape):
+        self.filter.build(input_shape)
+        self.output_dense.build(tuple(input_shape[:-1]) + (self.filter_size,))
+        self.built = True
+
+    def call(self, x, training=False):
+        h = ops.relu(self.filter(x))
+        return self.output_dense(self.dropout(h, training=training))
+
+
+def _norm(name):
+    return keras.layers.LayerNormalization(epsilon=1e-6, name=name)
+
+
+class EncoderLayer(keras.layers.Layer):
+    def __init__(self, d_model, num_heads, filter_size, dropout, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        s = lambda k: None if seed is None else seed + 10 * k  # noqa: E731
+        self.attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(0), name="self_attention")
+        self.ffn = FeedForward(d_model, filter_size, dropout, seed=s(1), name="ffn")
+        self.attention_norm, self.ffn_norm = _norm("self_attention_norm"), _norm("ffn_norm")
+        self.drop1 = keras.layers.Dropout(dropout, seed=s(2))
+        self.drop2 = keras.layers.Dropout(dropout, seed=s(3))
+
+    def build(self, input_shape):
+        for layer in (self.attention, self.ffn, self.attention_norm, self.ffn_norm):
+            layer.build(input_shape)
+        self.built = True
+
+    def call(self, x, bias, training=False):
+        y = self.attention_norm(x)
+        x = x + self.drop1(self.attention(y, y, bias, training=training), training=training)
+        return x + self.drop2(self.ffn(self.ffn_norm(x), training=training), training=training)
+
+
+class DecoderLayer(keras.layers.Layer):
+    def __init__(self, d_model, num_heads, filter_size, dropout, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        s = lambda k: None if seed is None else seed + 10 * k  # noqa: E731
+        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(0), name="self_attention")
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(1), name="cross_attention")
+        self.ffn = FeedForward(d_model, filter_size, dropout, seed=s(2), name="ffn")
+        self.self_norm, self.cross_norm, self.ffn_norm = (_norm("self_attention_norm"), _norm("cross_attention_norm"),
+                                                          _norm("ffn_norm"))
+        self.drops = [keras.layers.Dropout(dropout, seed=s(3 + i)) for i in range(3)]
+
+    def build(self, input_shape):
+        for layer in (self.self_attention, self.cross_attention, self.ffn, self.self_norm, self.cross_norm,
+                      self.ffn_norm):
+            layer.build(input_shape)
+        self.built = True
+
+    def call(self, x, memory, self_bias, memory_bias, training=False):
+        y = self.self_norm(x)
+        x = x + self.drops[0](self.self_attention(y, y, self_bias, training=training), training=training)
+        x = x + self.drops[1](self.cross_attention(self.cross_norm(x), memory, memory_bias, training=training),
+                              training=training)
+        return x + self.drops[2](self.ffn(self.ffn_norm(x), training=training), training=training)
+
+    def decode_step(self, x, cache_k, cache_v, memory_k, memory_v, memory_bias, position):
+        """Inference for one position: x [B, 1, d]; memory keys/values precomputed once per sentence."""
+        y, cache_k, cache_v = self.self_attention.cached_self_attention(self.self_norm(x), cache_k, cache_v,
+                                                                        position)
+        x = x + y
+        x = x + self.cross_attention.attend(self.cross_norm(x), memory_k, memory_v, memory_bias)
+        return x + self.ffn(self.ffn_norm(x)), cache_k, cache_v
+
+
+__all__ = ["NEG_INF", "positional_encoding", "padding_bias", "causal_bias", "SharedEmbedding", "MultiHeadAttention",
+           "FeedForward", "EncoderLayer", "DecoderLayer"]

@@ -1,0 +1,345 @@
+"""Transformer (big) on WMT17 En-De, uncased BLEU on newstest2014 (MLPerf translation, non-recurrent).
+
+Model as the MLPerf reference (translation/tensorflow/transformer, the TF official model after tensor2tensor):
+6 encoder + 6 decoder layers, d_model 1024, filter 4096, 16 heads, dropout 0.1 (residual, attention weights and ReLU),
+pre-norm residual blocks with a final layer norm on each stack, one shared embedding scaled by sqrt(d_model) that is
+also the output projection, sinusoidal positions. Loss: cross entropy with label smoothing 0.1 over non-padding
+target tokens. Adam (0.9, 0.997, 1e-9) with the reference schedule lr = 2.0 * d_model^-0.5 * min(1, step / 16000)
+* rsqrt(max(step, 16000)). Batches hold up to 4,096 tokens per worker, bucketed by length (inputs/text.py); pairs
+longer than 256 tokens are discarded. Evaluation: beam search (beam 4, alpha 0.6, up to source length + 50 tokens)
+over all of newstest2014, detokenised, uncased BLEU (sacrebleu, intl tokenisation) merged exactly across workers.
+
+Inputs of a training step: x = {"source": [B, L], "target_input": [B, L]} (targets shifted right behind a 0),
+y = targets [B, L]; 0 is padding, 1 is EOS.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from mlperf_keras.inputs import text
+from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+
+# WMT17 En-De as the reference prepares it (europarl v7 + commoncrawl + news-commentary v12), for --dry_run and
+# --synthetic without a prepared dataset.
+WMT17 = {"vocab_size": 33_708, "train_pairs": 4_590_101, "eval_sentences": 3_003}
+PAD_ID, EOS_ID = text.PAD_ID, text.EOS_ID
+
+
+def _model_class():
+    """The keras.Model subclass, defined on first use so that importing this module does not import Keras."""
+    global _TransformerModel
+    if _TransformerModel is not None:
+        return _TransformerModel
+    import keras
+    from keras import ops
+
+    from mlperf_keras.layers import attention as att
+
+    class TransformerModel(keras.Model):
+        def __init__(self, vocab_size, d_model, num_layers, num_heads, filter_size, dropout, seed=None, **kwargs):
+            super().__init__(**kwargs)
+            self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads
+            self.depth = d_model // num_heads
+            s = lambda k: None if seed is None else seed + 1000 * k  # noqa: E731
+            self.embedding = att.SharedEmbedding(vocab_size, d_model, pad_id=PAD_ID, seed=s(0), name="embedding")
+            self.encoder_layers = [att.EncoderLayer(d_model, num_heads, filter_size, dropout, seed=s(1 + i),
+                                                    name=f"encoder_{i}") for i in range(num_layers)]
+            self.decoder_layers = [att.DecoderLayer(d_model, num_heads, filter_size, dropout,
+                                                    seed=s(1 + num_layers + i), name=f"decoder_{i}")
+                                   for i in range(num_layers)]
+            self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
+            self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
+            self.encoder_dropout = keras.layers.Dropout(dropout, seed=s(3 * num_layers + 1))
+            self.decoder_dropout = keras.layers.Dropout(dropout, seed=s(3 * num_layers + 2))
+
+        def build(self, input_shape=None):
+            shape = (None, None, self.d_model)
+            self.embedding.build()
+            for layer in [*self.encoder_layers, *self.decoder_layers, self.encoder_norm, self.decoder_norm]:
+                layer.build(shape)
+            self.built = True
+
+        def _embed(self, ids, positions, training):
+            x = self.embedding(ids)
+            return x + ops.cast(att.positional_encoding(positions, self.d_model), x.dtype)
+
+        def encode(self, source, training=False):
+            bias = att.padding_bias(source, PAD_ID)
+            length = ops.shape(source)[1]
+            x = self.encoder_dropout(self._embed(source, ops.arange(length), training), training=training)
+            for layer in self.encoder_layers:
+                x = layer(x, bias, training=training)
+            return self.encoder_norm(x), bias
+
+        def decode(self, target_input, memory, memory_bias, training=False):
+            length = ops.shape(target_input)[1]
+            x = self.decoder_dropout(self._embed(target_input, ops.arange(length), training), training=training)
+            self_bias = att.causal_bias(length)
+            for layer in self.decoder_layers:
+                x = layer(x, memory, self_bias, memory_bias, training=training)
+            return self.embedding.logits(self.decoder_norm(x))
+
+        def call(self, inputs, training=False):
+            memory, bias = self.encode(inputs["source"], training=training)
+            return self.decode(inputs["target_input"], memory, bias, training=training)
+
+        # Incremental decoding (mlperf_keras.decoding).
+        def memory_kv(self, memory):
+            return [layer.cross_attention.project_kv(memory) for layer in self.decoder_layers]
+
+        def empty_cache(self, rows, max_length):
+            shape = (rows, max_length, self.num_heads, self.depth)
+            dtype = self.embedding.compute_dtype
+            return {"k": [ops.zeros(shape, dtype) for _ in self.decoder_layers],
+                    "v": [ops.zeros(shape, dtype) for _ in self.decoder_layers]}
+
+        def decode_step(self, ids, position, cache, memory_kv, memory_bias):
+            x = self._embed(ops.expand_dims(ids, 1), ops.reshape(position, (1,)), False)
+            keys, values = [], []
+            for layer, k, v, (mk, mv) in zip(self.decoder_layers, cache["k"], cache["v"], memory_kv):
+                x, k, v = layer.decode_step(x, k, v, mk, mv, memory_bias, position)
+                keys.append(k)
+                values.append(v)
+            logits = self.embedding.logits(self.decoder_norm(x))
+            return logits[:, 0, :], {"k": keys, "v": values}
+
+    _TransformerModel = TransformerModel
+    return TransformerModel
+
+
+_TransformerModel = None
+
+
+def learning_rate_schedule(base: float, d_model: int, warmup_steps: int):
+    """The reference's schedule as a Keras LearningRateSchedule: base * d^-0.5 * min(1, s/w) * rsqrt(max(s, w))."""
+    import keras
+    from keras import ops
+
+    class RsqrtWarmup(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = ops.cast(step, "float32")
+            warmup = float(warmup_steps)
+            return (base * d_model ** -0.5 * ops.minimum(1.0, step / warmup)
+                    * ops.rsqrt(ops.maximum(step, warmup)))
+
+        def get_config(self):
+            return {"base": base, "d_model": d_model, "warmup_steps": warmup_steps}
+
+    return RsqrtWarmup()
+
+
+def smoothed_cross_entropy(targets, logits, smoothing: float, vocab_size: int):
+    """Mean over non-padding target tokens of the label-smoothed cross entropy, minus its minimum (the entropy of the
+    smoothed distribution), as the reference's padded_cross_entropy_loss. targets [B, T] int, logits [B, T, V]."""
+    from keras import ops
+
+    confidence = 1.0 - smoothing
+    low = smoothing / (vocab_size - 1)
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    targets = ops.cast(targets, "int32")
+    true_lp = ops.squeeze(ops.take_along_axis(log_probs, ops.expand_dims(targets, -1), axis=-1), -1)
+    xent = -(confidence * true_lp + low * (ops.sum(log_probs, axis=-1) - true_lp))
+    normaliser = -(confidence * np.log(confidence) + (vocab_size - 1) * low * np.log(low + 1e-20))
+    weights = ops.cast(ops.not_equal(targets, PAD_ID), "float32")
+    return ops.sum((xent - normaliser) * weights) / ops.maximum(ops.sum(weights), 1.0)
+
+
+class Transformer(Workload):
+    name = "transformer"
+    metric_name = "BLEU"
+    dataset_name = "wmt17-en-de"
+    prepare_command = "python -m data_prep.wmt --raw_dir=RAW --output_dir=DATA"
+    default_max_epochs = 20
+    demo_target = 80.0
+    demo_hparams = {"d_model": 64, "num_layers": 2, "num_heads": 4, "filter_size": 128, "dropout": 0.0,
+                    "warmup_steps": 200, "learning_rate": 2.0, "batch_tokens": 1024, "max_length": 32,
+                    "boundary_scale": 1.5, "beam_size": 2, "extra_decode_length": 5, "eval_batch_size": 64,
+                    "shuffle_buffer": 2048}
+
+    def reference_hparams(self, ruleset):
+        return {
+            "vocab_size": WMT17["vocab_size"],
+            "d_model": 1024,
+            "num_layers": 6,
+            "num_heads": 16,
+            "filter_size": 4096,
+            "dropout": 0.1,
+            "label_smoothing": 0.1,
+            "learning_rate": 2.0,
+            "warmup_steps": 16_000,
+            "beta_1": 0.9,
+            "beta_2": 0.997,
+            "epsilon": 1e-9,
+            "batch_tokens": 4096,        # per worker, as the reference's 4,096 per GPU
+            "max_length": 256,           # longer pairs are discarded (max_sequence_length, method "discard")
+            "min_boundary": 8,           # length buckets as the reference (tensor2tensor): 8, then x1.1
+            "boundary_scale": 1.1,
+            "shuffle_buffer": 100_000,   # examples, after interleaving this worker's shuffled shards
+            "beam_size": 4,
+            "alpha": 0.6,
+            "extra_decode_length": 50,   # decode up to source length + 50 tokens
+            "eval_batch_size": 64,       # sentences per beam-search batch on one worker
+            "eval_boundary_scale": 1.5,  # eval source lengths are padded to 8 * 1.5^k (few compiled shapes)
+            **WMT17,
+        }
+
+    def dataset_hparams(self, manifest):
+        if manifest is None:
+            return {}
+        counts = manifest["counts"]
+        return {"vocab_size": counts["vocab_size"], "train_pairs": counts["train_pairs"],
+                "eval_sentences": counts["eval_sentences"]}
+
+    def default_global_batch(self, hparams, num_workers, per_worker_preset):
+        return (per_worker_preset or hparams["batch_tokens"]) * num_workers
+
+    def build_model(self, config):
+        hp = config.hparams
+        model = _model_class()(hp["vocab_size"], hp["d_model"], hp["num_layers"], hp["num_heads"],
+                               hp["filter_size"], hp["dropout"], seed=config.seed, name="transformer")
+        model.build()
+        self.label_smoothing = hp["label_smoothing"]
+        self.model = model  # the evaluator decodes with the model the loop trains
+        return model
+
+    def build_optimizer(self, config, steps_per_epoch):
+        import keras
+
+        hp = config.hparams
+        return keras.optimizers.Adam(
+            learning_rate=learning_rate_schedule(hp["learning_rate"], hp["d_model"], hp["warmup_steps"]),
+            beta_1=hp["beta_1"], beta_2=hp["beta_2"], epsilon=hp["epsilon"])
+
+    label_smoothing = 0.1  # set from the run's config by build_model (loss() has the contract's signature)
+
+    def loss(self, y_true, y_pred):
+        return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing, int(y_pred.shape[-1]))
+
+    def bucket_plan(self, config, num_devices: int = 1) -> text.BucketPlan:
+        hp = config.hparams
+        return text.BucketPlan.create(config.per_worker_batch_size, hp["max_length"], hp["min_boundary"],
+                                      hp["boundary_scale"], multiple=num_devices)
+
+    def steps_per_epoch(self, config, manifest):
+        plan = self.bucket_plan(config)
+        if manifest is None:
+            histogram = text.synthetic_length_histogram(config.hparams["train_pairs"] // config.num_workers,
+                                                        config.hparams["max_length"])
+            return plan.steps(histogram)
+        return min(plan.steps(text.worker_length_histogram(manifest, r, config.num_workers))
+                   for r in range(config.num_workers))
+
+    def train_data(self, config, dist, manifest):
+        plan = self.bucket_plan(config, getattr(dist, "devices_per_worker", 1))
+        steps = self.steps_per_epoch(config, manifest)
+        files = [os.path.join(config.data_dir, f["name"])
+                 for f in text.worker_files(manifest, "train", dist.rank, dist.world_size)]
+        return _TextTrainData(text.TrainPipeline(files, plan, config.hparams["max_length"], steps,
+                                                 config.hparams["shuffle_buffer"], config.seed, dist.rank,
+                                                 as_numpy=config.backend != "tensorflow"),
+                              steps, manifest["counts"]["train_pairs"])
+
+    def synthetic_train_data(self, config, dist):
+        hp = config.hparams
+        plan = self.bucket_plan(config, getattr(dist, "devices_per_worker", 1))
+        steps = self.steps_per_epoch(config, None)
+        source = text.SyntheticTextBatches(plan, hp["vocab_size"], hp["max_length"],
+                                           hp["train_pairs"] // config.num_workers, steps, config.seed + dist.rank)
+        return _TextTrainData(source, steps, hp["train_pairs"])
+
+    def evaluator(self, config, dist, manifest):
+        hp = config.hparams
+        if manifest is None:
+            sources, references, detokenize = text.synthetic_eval_set(hp["eval_sentences"], hp["vocab_size"],
+                                                                      min(hp["max_length"], 64), config.seed)
+            indices = np.arange(len(sources))
+            total = len(sources)
+        else:
+            sources, indices, references, detokenize = text.load_eval_set(config.data_dir, manifest)
+            total = manifest["counts"]["eval_sentences"]
+        mine = indices % dist.world_size == dist.rank
+        return BleuEvaluator(self.model, config, dist, [s for s, m in zip(sources, mine) if m],
+                             [r for r, m in zip(references, mine) if m], detokenize, total)
+
+    def mllog_hparams(self, config):
+        hp = config.hparams
+        return {"opt_name": "adam", "opt_base_learning_rate": hp["learning_rate"],
+                "opt_learning_rate_warmup_steps": hp["warmup_steps"],
+                "opt_adam_beta_1": hp["beta_1"], "opt_adam_beta_2": hp["beta_2"],
+                "opt_adam_epsilon": hp["epsilon"], "max_sequence_length": hp["max_length"]}
+
+    def mllog_hparam_metadata(self, config):
+        return {"max_sequence_length": {"method": "discard"}}
+
+    def mllog_accuracy(self, metric, config):
+        """BLEU is logged out of 100 in v0.5/v0.6 and as a fraction from v0.7 on."""
+        return metric if config.ruleset in ("0.5", "0.6") else metric / 100.0
+
+    def prepare_demo(self, cache_dir, log=print):
+        from data_prep import wmt
+        from mlperf_keras.inputs.manifest import DataError, read_manifest
+
+        prepared = os.path.join(cache_dir, "transformer", "prepared")
+        try:
+            read_manifest(prepared, self.name)
+            return prepared
+        except DataError:
+            pass
+        raw = os.path.join(cache_dir, "transformer", "raw")
+        log(f"demo: generating a small WMT-format corpus (the German side copies the English) under {raw}")
+        wmt.write_demo_raw(raw, num_pairs=20_000, num_test=200, task="copy", seed=2017)
+        wmt.prepare(raw, prepared, vocab_size=256, max_length=32, num_shards=4, overwrite=True,
+                    log=lambda msg: log(f"demo: {msg}"))
+        return prepared
+
+
+class _TextTrainData(TrainData):
+    def __init__(self, source, steps, samples):
+        self.source, self.steps_per_epoch, self.samples_per_epoch = source, steps, samples
+
+    def batches(self, epoch):
+        return self.source.batches(epoch)
+
+
+class BleuEvaluator(Evaluator):
+    """Beam-search this worker's share of the test set, detokenise, and merge sacrebleu statistics exactly."""
+
+    def __init__(self, model, config, dist, sources, references, detokenize, total):
+        hp = config.hparams
+        self.model, self.dist, self.detokenize = model, dist, detokenize
+        self.sources, self.references, self.num_samples = sources, references, total
+        self.batches = text.eval_batches([len(s) for s in sources], hp["eval_batch_size"], hp["min_boundary"],
+                                         hp["eval_boundary_scale"])
+        self.settings = dict(beam_size=hp["beam_size"], alpha=hp["alpha"],
+                             extra_length=hp["extra_decode_length"], eos_id=EOS_ID, jit_compile=config.jit_compile)
+        self._translator = None
+        self.last_hypotheses: list[str] = []
+        self.last_seconds = 0.0
+
+    def translate(self) -> list[str]:
+        """Detokenised hypotheses of this worker's sentences, in its order."""
+        from mlperf_keras.decoding import Translator, strip_eos
+
+        if self._translator is None:
+            self._translator = Translator(self.model, **self.settings)
+        hypotheses = [""] * len(self.sources)
+        for rows, length in self.batches:
+            batch = text.pad_eval_batch([self.sources[r] for r in rows if r >= 0], len(rows), length)
+            decoded = self._translator(batch)
+            for row, ids in zip(rows, decoded):
+                if row >= 0:
+                    hypotheses[row] = self.detokenize(strip_eos(ids, EOS_ID))
+        return hypotheses
+
+    def evaluate(self, predict):
+        import time
+
+        from mlperf_keras.metrics.bleu import merged_bleu
+
+        del predict  # BLEU needs beam search, which this evaluator compiles from the model itself
+        start = time.time()
+        self.last_hypotheses = self.translate()
+        self.last_seconds = time.time() - start
+        return merged_bleu(self.last_hypotheses, self.references, self.dist)
