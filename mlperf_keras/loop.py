@@ -14,6 +14,19 @@ import time
 from mlperf_keras import mlperf_log
 from mlperf_keras.mlperf_log import C
 from mlperf_keras.config import RunConfig
+from mlperf_keras.workloads.base import TrainData
+
+
+class RepeatedBatch(TrainData):
+    """One device-resident batch served steps_per_epoch times."""
+
+    def __init__(self, batch, steps_per_epoch: int, global_batch: int):
+        self.batch, self.steps_per_epoch = batch, steps_per_epoch
+        self.samples_per_epoch = steps_per_epoch * global_batch
+
+    def batches(self, epoch):
+        for _ in range(self.steps_per_epoch):
+            yield self.batch
 
 
 @dataclasses.dataclass
@@ -88,8 +101,9 @@ def _log_run_info(log, config: RunConfig, workload, dist):
     log.event(C.SEED, config.seed)
     log.event(C.GLOBAL_BATCH_SIZE, config.global_batch_size)
     log.event(C.GRADIENT_ACCUMULATION_STEPS, 1)
+    metadata = workload.mllog_hparam_metadata(config)
     for key, value in workload.mllog_hparams(config).items():
-        log.event(key, value)
+        log.event(key, value, metadata=metadata.get(key))
 
 
 def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
@@ -111,7 +125,7 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
             log.end(C.INIT_STOP)
             log.start(C.RUN_START)
             run_started, clock_start = True, time.time()
-        model, step = _build(config, workload, dist, manifest)
+        model, step = build(config, workload, dist, manifest)
         if not run_started:
             # v0.6+: init is off the clock; the clock starts when training data is first touched.
             log.end(C.INIT_STOP)
@@ -129,7 +143,8 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
         log.close()
 
 
-def _build(config, workload, dist, manifest):
+def build(config, workload, dist, manifest):
+    """Model and compiled train step, ready for the first batch (all workers start from rank 0's weights)."""
     from mlperf_keras import precision, steps
 
     precision.set_policy(config.precision)
@@ -142,6 +157,19 @@ def _build(config, workload, dist, manifest):
     return model, step
 
 
+def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds: float, say) -> float:
+    """Run one epoch's batches through the train step; returns the last loss (reading it waits for the device)."""
+    start = last_report = time.time()
+    loss = None
+    for i, (x, y) in enumerate(batches):
+        loss = step(x, y)
+        now = time.time()
+        if now - last_report >= progress_seconds:
+            last_report = now
+            say(f"step {i + 1}/{steps}  loss {float(loss):.4f}  {(i + 1) * samples_per_step / (now - start):,.0f} samples/s")
+    return float(loss) if loss is not None else float("nan")
+
+
 def _train(config, workload, dist, manifest, log, progress, step, clock_start) -> RunResult:
     from mlperf_keras.inputs.manifest import verify_files
 
@@ -149,7 +177,9 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
         verify_files(config.data_dir, manifest, progress=progress.say if dist.is_chief else None)
         train = workload.train_data(config, dist, manifest)
     else:
-        train = workload.synthetic_train_data(config, dist)
+        # Synthetic data lives on the device: one batch of the real shapes, repeated, measures model and loop only.
+        train = RepeatedBatch(step.to_device(next(iter(workload.synthetic_train_data(config, dist).batches(0)))),
+                              workload.steps_per_epoch(config, None), config.global_batch_size)
     evaluator = workload.evaluator(config, dist, manifest)
     log.event(C.TRAIN_SAMPLES, train.samples_per_epoch)
     log.event(C.EVAL_SAMPLES, evaluator.num_samples)
@@ -167,17 +197,9 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
             block_end = next(e for e in eval_epochs if e >= epoch)
             log.start(C.BLOCK_START, metadata={"first_epoch_num": epoch + base, "epoch_count": block_end - epoch + 1})
         log.start(C.EPOCH_START, metadata={"epoch_num": epoch + base})
-        epoch_start = last_report = time.time()
-        loss = None
-        for i, (x, y) in enumerate(train.batches(epoch)):
-            loss = step(x, y)
-            now = time.time()
-            if now - last_report >= config.progress_seconds:
-                last_report = now
-                rate = (i + 1) * samples_per_step / (now - epoch_start)
-                progress.say(f"  epoch {epoch + base} step {i + 1}/{train.steps_per_epoch}  loss {float(loss):.4f}"
-                             f"  {rate:,.0f} samples/s")
-        epoch_loss = float(loss) if loss is not None else float("nan")  # also waits for the device to finish
+        epoch_start = time.time()
+        epoch_loss = run_epoch(step, train.batches(epoch), train.steps_per_epoch, samples_per_step,
+                               config.progress_seconds, lambda msg: progress.say(f"  epoch {epoch + base} {msg}"))
         epoch_seconds = time.time() - epoch_start
         throughput = train.steps_per_epoch * samples_per_step / epoch_seconds
         throughputs.append(throughput)

@@ -54,6 +54,13 @@ class _TensorFlowTrainStep:
     def __call__(self, x, y):
         return self._step(x, y)
 
+    def to_device(self, batch):
+        """Copy a host batch to the accelerator once (synthetic data and benchmarks)."""
+        import tensorflow as tf
+
+        with tf.device("/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"):
+            return tf.nest.map_structure(lambda a: tf.identity(tf.convert_to_tensor(a)), batch)
+
     def predict(self, x) -> np.ndarray:
         return np.asarray(self._predict(x), dtype=np.float32)
 
@@ -93,13 +100,22 @@ class _JaxTrainStep:
         self._state = self._read_state()
 
     def _read_state(self):
-        return ([v.value for v in self.model.trainable_variables],
-                [v.value for v in self.model.non_trainable_variables],
-                [v.value for v in self.optimizer.variables])
+        # Copies: the step donates its state buffers, and the Keras variables must stay readable until sync.
+        import jax.numpy as jnp
+
+        return ([jnp.copy(v.value) for v in self.model.trainable_variables],
+                [jnp.copy(v.value) for v in self.model.non_trainable_variables],
+                [jnp.copy(v.value) for v in self.optimizer.variables])
 
     def __call__(self, x, y):
         loss, self._state = self._step(self._state, *self.dist.shard_batch((x, y)))
         return loss
+
+    def to_device(self, batch):
+        """Copy a host batch to the accelerator(s) once, already split over the devices."""
+        import jax
+
+        return jax.block_until_ready(self.dist.shard_batch(jax.tree_util.tree_map(jax.numpy.asarray, batch)))
 
     def predict(self, x) -> np.ndarray:
         trainable, non_trainable, _ = self._state

@@ -125,7 +125,7 @@ def resolve(values, dist, say=print):
                 f"the official raw format, a reduced model and a demo target. It is not an MLPerf result; for that, "
                 f"prepare the real data ({workload.prepare_command}) and pass --data_dir.")
         data_dir = workload.prepare_demo(values.cache_dir, log=say if dist.is_chief else (lambda _: None))
-        values = _with(values, data_dir=data_dir)
+        values = with_values(values, data_dir=data_dir)
     if values.data_dir is not None:
         manifest = read_manifest(values.data_dir, workload.name)
     return workload, manifest, build_config(values, workload, dist, manifest, demo)
@@ -141,7 +141,8 @@ class _Values:
         return self._changes[name] if name in self._changes else getattr(self._base, name)
 
 
-def _with(values, **changes):
+def with_values(values, **changes):
+    """Flag values with some replaced, for entry points that derive settings (the benchmark forces --synthetic)."""
     return _Values(values, **changes)
 
 

@@ -42,7 +42,7 @@ def test_parse_hparams_types_and_errors():
 
 def test_registry_names_unbuilt_workloads_clearly():
     assert registry.get("ncf").name == "ncf"
-    with pytest.raises(ConfigError, match="--model=ssd is not built yet"):
-        registry.get("ssd")
+    with pytest.raises(ConfigError, match="--model=maskrcnn is not built yet"):
+        registry.get("maskrcnn")
     with pytest.raises(ConfigError, match="unknown --model='bert'"):
         registry.get("bert")

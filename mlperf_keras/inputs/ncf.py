@@ -109,13 +109,6 @@ class EvalSet:
         return users, items, width
 
 
-def synthetic_positives(num_users: int, num_items: int, per_user: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    users = np.repeat(np.arange(num_users, dtype=np.int32), per_user)
-    items = rng.integers(0, num_items, size=len(users), dtype=np.int32)
-    return np.stack([users, items], axis=1)
-
-
 def synthetic_eval_rows(num_users: int, num_items: int, negatives: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed + 1)
     cand = rng.integers(0, num_items, size=(num_users, negatives + 1), dtype=np.int32)

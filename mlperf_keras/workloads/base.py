@@ -34,6 +34,8 @@ class Workload(abc.ABC):
     metric_name: str          # how progress lines name the quality metric
     dataset_name: str         # what data_prep writes into the manifest's "dataset"
     prepare_command: str      # how a user prepares its data
+    throughput_unit: str = "samples"      # what one "sample" of samples/s is (images, target tokens...)
+    train_flops_per_sample: float = 0.0   # training FLOPs per sample at reference size (MLPERF.md section 3)
 
     @abc.abstractmethod
     def reference_hparams(self, ruleset: str) -> dict:
@@ -91,6 +93,10 @@ class Workload(abc.ABC):
     @abc.abstractmethod
     def mllog_hparams(self, config: RunConfig) -> dict:
         """The MLLOG hyperparameter keys the ruleset demands, with their values."""
+
+    def mllog_hparam_metadata(self, config: RunConfig) -> dict:
+        """Metadata of some of those keys, e.g. {"max_sequence_length": {"method": "discard"}}."""
+        return {}
 
     # The built-in demo: small raw data generated in the official format, prepared by data_prep.
     demo_target: float

@@ -27,6 +27,8 @@ class NCF(Workload):
     metric_name = "HR@10"
     dataset_name = "movielens-20m"
     prepare_command = "python -m data_prep.movielens --raw_dir=RAW --output_dir=DATA"
+    throughput_unit = "samples"
+    train_flops_per_sample = 0.64e6  # (user, item) pairs: forward 0.21 MFLOP through the MLP, x3 for training
     default_max_epochs = 30
     demo_target = 0.40
     demo_hparams = {"mf_dim": 16, "mlp_layers": (64, 64, 32, 16), "learning_rate": 0.002,
@@ -114,11 +116,7 @@ class NCF(Workload):
         return _NcfTrainData(config, positives, self.steps_per_epoch(config, manifest), dist.rank)
 
     def synthetic_train_data(self, config, dist):
-        hp = config.hparams
-        per_user = max(1, hp["train_positives"] // hp["num_users"])
-        users = hp["num_users"] // dist.world_size
-        positives = ncf_input.synthetic_positives(users, hp["num_items"], per_user, config.seed + dist.rank)
-        return _NcfTrainData(config, positives, self.steps_per_epoch(config, None), dist.rank)
+        return _SyntheticNcfData(config, self.steps_per_epoch(config, None), dist.rank)
 
     def evaluator(self, config, dist, manifest):
         hp = config.hparams
@@ -168,6 +166,23 @@ class _NcfTrainData(TrainData):
 
     def batches(self, epoch):
         for (users, items), labels in self.sampler.batches(epoch, self.batch, self.steps_per_epoch):
+            yield {"user": users, "item": items}, labels
+
+
+class _SyntheticNcfData(TrainData):
+    """Uniformly random (user, item, label) batches of the real shapes; no sampling cost."""
+
+    def __init__(self, config, steps, rank):
+        self.config, self.rank, self.steps_per_epoch = config, rank, steps
+        self.samples_per_epoch = steps * config.global_batch_size
+
+    def batches(self, epoch):
+        hp, batch = self.config.hparams, self.config.per_worker_batch_size
+        rng = np.random.default_rng([self.config.seed, epoch, self.rank])
+        for _ in range(self.steps_per_epoch):
+            users = rng.integers(0, hp["num_users"], batch, dtype=np.int32)
+            items = rng.integers(0, hp["num_items"], batch, dtype=np.int32)
+            labels = (rng.random(batch) < 1 / (1 + hp["negatives"])).astype(np.float32)
             yield {"user": users, "item": items}, labels
 
 

@@ -1,0 +1,100 @@
+"""PyTorch peers for the GPU comparison: the closest public/torchvision model per workload, timed the same way.
+
+    python benchmarks/torch_peers.py --model=ncf --batch_size=1048576 --steps=50 --warmup_steps=10
+
+Written for the comparison only (not part of the package): NeuMF below is a faithful PyTorch NeuMF of the same
+sizes as ours; ResNet-50 is torchvision's resnet50 (channels_last, bf16 autocast); all steps are torch.compile'd.
+Prints one JSON line: samples/s with the same back-to-back timing as mlperf_keras.benchmark's "bare".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+
+
+class NeuMF(nn.Module):
+    def __init__(self, users=138_493, items=26_744, mf_dim=64, mlp=(256, 256, 128, 64)):
+        super().__init__()
+        self.mf_user, self.mf_item = nn.Embedding(users, mf_dim), nn.Embedding(items, mf_dim)
+        self.mlp_user, self.mlp_item = nn.Embedding(users, mlp[0] // 2), nn.Embedding(items, mlp[0] // 2)
+        layers = []
+        for a, b in zip(mlp[:-1], mlp[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        self.mlp = nn.Sequential(*layers)
+        self.final = nn.Linear(mf_dim + mlp[-1], 1)
+        for emb in (self.mf_user, self.mf_item, self.mlp_user, self.mlp_item):
+            nn.init.normal_(emb.weight, 0.0, 0.01)
+
+    def forward(self, users, items):
+        mf = self.mf_user(users) * self.mf_item(items)
+        mlp = self.mlp(torch.cat([self.mlp_user(users), self.mlp_item(items)], dim=1))
+        return self.final(torch.cat([mf, mlp], dim=1)).squeeze(1)
+
+
+def ncf_setup(batch):
+    model = NeuMF().cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=0.0045, betas=(0.25, 0.5), eps=1e-8, fused=True)
+    users = torch.randint(0, 138_493, (batch,), device="cuda")
+    items = torch.randint(0, 26_744, (batch,), device="cuda")
+    labels = (torch.rand(batch, device="cuda") < 0.2).float()
+    loss_fn = nn.BCEWithLogitsLoss()
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(users, items).float(), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def resnet_setup(batch):
+    import torchvision
+
+    model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+PEERS = {"ncf": ncf_setup, "resnet": resnet_setup}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=sorted(PEERS), required=True)
+    parser.add_argument("--batch_size", type=int, required=True)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--warmup_steps", type=int, default=10)
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    step = torch.compile(PEERS[args.model](args.batch_size))
+    for _ in range(args.warmup_steps):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    torch.cuda.synchronize()
+    rate = args.steps * args.batch_size / (time.perf_counter() - start)
+    print(json.dumps({"peer": args.model, "samples_per_s": rate, "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name()}))
+
+
+if __name__ == "__main__":
+    main()
