@@ -28,6 +28,8 @@ setup(
     entry_points={
         "console_scripts": [
             "mlperf-keras-train=mlperf_keras.train:run_main",
+            "mlperf-keras-report=mlperf_keras.report:run",
+            "mlperf-keras-sweep=mlperf_keras.sweep:run",
         ],
     },
 )

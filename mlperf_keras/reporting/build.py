@@ -96,7 +96,7 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     for record in records:
         by_system.setdefault(record.system, []).append(record)
     for system, runs in sorted(by_system.items()):
-        fields, _, notes = system_description(runs)
+        fields, notes = system_description(runs)
         path, still_empty = write_system_file(out_dir, fields)
         system_files[system] = (path, still_empty, notes)
     chosen, submission_notes = write_results(out_dir, results)

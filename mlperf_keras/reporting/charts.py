@@ -70,7 +70,7 @@ def time_to_train_chart(ttt, out_dir):
     colors = _series_colors(series)
     present = {b: [sr for sr in series if not data[(data["benchmark"] == b) & (data["family"] == sr[0])
                                                    & (data["devices_key"] == sr[1])].empty] for b in benchmarks}
-    width = 0.8 / max(len(p) for p in present.values())
+    width = min(0.8 / max(len(p) for p in present.values()), 0.3)
     figure, axis = plt.subplots(figsize=(max(6.0, 2.5 + sum(0.5 + 0.35 * len(p) for p in present.values())), 4.6))
     any_hatched = False
     for b_index, benchmark in enumerate(benchmarks):
@@ -92,6 +92,7 @@ def time_to_train_chart(ttt, out_dir):
                           ha="center", va="bottom", fontsize=7, rotation=90 if len(series) > 3 else 0)
     axis.set_xticks(range(len(benchmarks)))
     axis.set_xticklabels(benchmarks)
+    axis.set_xlim(-0.6, len(benchmarks) - 0.4)
     axis.set_xlabel("Benchmark")
     axis.set_ylabel("Time to train (minutes)")
     highest = np.nanmax(np.maximum(data["time_to_train_min"], data["max_run_min"].fillna(0)))
@@ -116,7 +117,7 @@ def time_to_train_chart(ttt, out_dir):
 
 
 def _minutes_label(value):
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}" if value >= 10 else f"{value:.2f}"
 
 
 def _panels(count, width_each=4.2, height=3.6):
@@ -145,7 +146,7 @@ def throughput_chart(throughput, out_dir):
         present = [f for f in families if f in set(subset["family"])]
         width = min(0.8 / len(present), 0.35)
         drew_ideal = False
-        peak = subset["throughput_samples_per_s"].max()
+        peak = (subset["throughput_samples_per_s"] + subset["std_samples_per_s"].fillna(0)).max()
         for f_index, family in enumerate(present):
             rows = subset[subset["family"] == family].set_index("devices_key")
             offset = width * (f_index - (len(present) - 1) / 2)
@@ -154,8 +155,8 @@ def throughput_chart(throughput, out_dir):
             errors = [np.nan_to_num(rows.loc[c, "std_samples_per_s"]) for c in counts if c in rows.index]
             axis.bar(xs, values, width * 0.92, yerr=errors, capsize=2, color=family_colors[family],
                      edgecolor="black", linewidth=0.5, label=family)
-            for x, v in zip(xs, values):
-                axis.annotate(_short_number(v), (x, v), xytext=(0, 3), textcoords="offset points",
+            for x, v, e in zip(xs, values, errors):
+                axis.annotate(_short_number(v), (x, v + e), xytext=(0, 3), textcoords="offset points",
                               ha="center", va="bottom", fontsize=7)
             if 1 in rows.index and len(rows.index) > 1:
                 # Linear scaling from the 1-device throughput: how far each bar falls short of it.
@@ -181,7 +182,7 @@ def throughput_chart(throughput, out_dir):
         if drew_ideal:
             handles.append(Line2D([], [], linestyle="--", color="grey", label="linear scaling from 1"))
         axis.legend(handles=handles, fontsize=7, frameon=False, loc="upper left")
-    figure.suptitle("Training throughput by GPU count (higher is better)", fontsize=11)
+    figure.suptitle("Training throughput by GPU count (higher is better; error bars: std over runs)", fontsize=11)
     figure.tight_layout()
     return _save(figure, out_dir, "throughput")
 
