@@ -104,12 +104,12 @@ def leave_one_out(users: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
 
 
 def sample_eval_negatives(users: np.ndarray, items: np.ndarray, num_users: int, num_items: int,
-                          num_negatives: int, seed: int, chunk: int = 8192) -> np.ndarray:
+                          num_negatives: int, seed: int, chunk: int = 4096) -> np.ndarray:
     """(num_users, num_negatives) int32: per user, items drawn uniformly without replacement from those never rated.
 
-    Vectorised over chunks of users: draw extra candidates, drop rated items and repeats (keeping draw order so the
-    sample stays uniform), take the first num_negatives; the rare user who rated most items falls back to an exact
-    draw from their complement.
+    Vectorised over chunks of users: draw extra candidates, drop rated items (a dense rated-mask per chunk) and
+    repeats (keeping draw order, so the sample stays uniform), take the first num_negatives; the rare user who
+    rated most items falls back to an exact draw from their complement.
     """
     rated_keys = np.unique(users.astype(np.int64) * num_items + items)
     rated_count = np.bincount(users, minlength=num_users)
@@ -123,10 +123,12 @@ def sample_eval_negatives(users: np.ndarray, items: np.ndarray, num_users: int, 
     draws = int(num_negatives * 1.25) + 32
     for lo in range(0, num_users, chunk):
         hi = min(lo + chunk, num_users)
-        cand = rng.integers(0, num_items, size=(hi - lo, draws), dtype=np.int64)
-        keys = np.arange(lo, hi, dtype=np.int64)[:, None] * num_items + cand
-        pos = np.searchsorted(rated_keys, keys).clip(max=len(rated_keys) - 1)
-        valid = rated_keys[pos] != keys
+        start, stop = np.searchsorted(rated_keys, [lo * num_items, hi * num_items])
+        rated = np.zeros((hi - lo, num_items), dtype=bool)
+        chunk_keys = rated_keys[start:stop] - lo * num_items
+        rated[chunk_keys // num_items, chunk_keys % num_items] = True
+        cand = rng.integers(0, num_items, size=(hi - lo, draws), dtype=np.int32)
+        valid = ~np.take_along_axis(rated, cand, axis=1)
         order = np.argsort(cand, axis=1, kind="stable")
         sorted_cand = np.take_along_axis(cand, order, axis=1)
         repeat = np.zeros_like(valid)
@@ -138,10 +140,7 @@ def sample_eval_negatives(users: np.ndarray, items: np.ndarray, num_users: int, 
         full_rows = np.flatnonzero(~short)
         out[lo + full_rows] = cand[full_rows][keep[full_rows]].reshape(len(full_rows), num_negatives)
         for row in np.flatnonzero(short):  # users with very many ratings: exact draw from the complement
-            user = lo + row
-            start, stop = np.searchsorted(rated_keys, [user * num_items, (user + 1) * num_items])
-            unrated = np.setdiff1d(np.arange(num_items), rated_keys[start:stop] - user * num_items)
-            out[user] = rng.choice(unrated, size=num_negatives, replace=False)
+            out[lo + row] = rng.choice(np.flatnonzero(~rated[row]), size=num_negatives, replace=False)
     return out
 
 
@@ -178,7 +177,9 @@ def prepare(raw_dir: str, output_dir: str, min_ratings: int = 20, eval_negatives
     test_item = np.empty(num_users, dtype=np.int32)
     test_item[users[test]] = items[test]
     log(f"drawing {eval_negatives} eval negatives per user (seed {seed})")
+    t1 = time.time()
     negatives = sample_eval_negatives(users, items, num_users, num_items, eval_negatives, seed)
+    log(f"  drawn in {time.time() - t1:.1f} s")
 
     train_order = np.argsort(users[~test], kind="stable")
     train = np.stack([users[~test][train_order], items[~test][train_order]], axis=1).astype(np.int32)
