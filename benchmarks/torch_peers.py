@@ -3,7 +3,9 @@
     python benchmarks/torch_peers.py --model=ncf --batch_size=1048576 --steps=50 --warmup_steps=10
 
 Written for the comparison only (not part of the package): NeuMF below is a faithful PyTorch NeuMF of the same
-sizes as ours; ResNet-50 is torchvision's resnet50 (channels_last, bf16 autocast); all steps are torch.compile'd.
+sizes as ours; ResNet-50 is torchvision's resnet50 (channels_last, bf16 autocast); Transformer big is
+torch.nn.Transformer at the same sizes (--batch_size counts target tokens, 64 per sentence); all steps are
+torch.compile'd.
 Prints one JSON line: samples/s with the same back-to-back timing as mlperf_keras.benchmark's "bare".
 """
 from __future__ import annotations
@@ -72,7 +74,49 @@ def resnet_setup(batch):
     return step
 
 
-PEERS = {"ncf": ncf_setup, "resnet": resnet_setup}
+class TransformerBig(nn.Module):
+    """torch.nn.Transformer at the MLPerf "big" sizes with shared, scaled embeddings and sinusoidal positions."""
+
+    def __init__(self, vocab=33_708, d_model=1024, heads=16, layers=6, ffn=4096, max_len=256):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.core = nn.Transformer(d_model, heads, layers, layers, ffn, dropout=0.1, batch_first=True,
+                                   norm_first=True)
+        position = torch.arange(max_len).unsqueeze(1)
+        rate = torch.exp(torch.arange(0, d_model, 2) * (-torch.log(torch.tensor(10000.0)) / d_model))
+        table = torch.zeros(max_len, d_model)
+        table[:, 0::2], table[:, 1::2] = torch.sin(position * rate), torch.cos(position * rate)
+        self.register_buffer("positions", table)
+        self.scale = d_model ** 0.5
+
+    def forward(self, source, target_in):
+        def embed(tokens):
+            return self.embed(tokens) * self.scale + self.positions[: tokens.shape[1]]
+        mask = self.core.generate_square_subsequent_mask(target_in.shape[1], device=source.device)
+        hidden = self.core(embed(source), embed(target_in), tgt_mask=mask, tgt_is_causal=True)
+        return hidden @ self.embed.weight.t()
+
+
+def transformer_setup(batch_tokens, seq_len=64):
+    sentences = batch_tokens // seq_len
+    model = TransformerBig().cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.997), eps=1e-9, fused=True)
+    source = torch.randint(1, 33_708, (sentences, seq_len), device="cuda")
+    target = torch.randint(1, 33_708, (sentences, seq_len + 1), device="cuda")
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(source, target[:, :-1])
+            loss = loss_fn(logits.float().reshape(-1, logits.shape[-1]), target[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+PEERS = {"ncf": ncf_setup, "resnet": resnet_setup, "transformer": transformer_setup}
 
 
 def main():

@@ -24,11 +24,6 @@ QUALITY_TARGETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
     "ncf": {"0.5": 0.635},
 })
 
-# Runs per result (MLPERF.md section 2); NCF v0.5 used the first 50 converged runs of 100.
-RUNS_PER_RESULT = types.MappingProxyType(
-    {"resnet": 5, "ssd": 5, "maskrcnn": 5, "gnmt": 10, "transformer": 10, "ncf": 50})
-
-
 class ConfigError(ValueError):
     """A user-facing configuration problem; the entry points print it without a traceback."""
 

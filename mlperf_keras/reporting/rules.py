@@ -5,7 +5,9 @@ Sources: /work/shared/MLPERF.md (rounds v0.5-v0.7) and the installed mlperf-logg
 Kept as plain tables so a reader can check each number against its source.
 """
 
-KNOWN_BENCHMARKS = ("resnet", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
+from mlperf_keras.config import MODEL_NAMES, QUALITY_TARGETS, first_epoch_number
+
+KNOWN_BENCHMARKS = MODEL_NAMES
 
 # Runs that make one result. NCF differs by round: in v0.5 a submitter ran up to 100 runs and the
 # first 50 that converged made the result (MLPERF.md section 2); mlperf-logging's table says 10,
@@ -43,18 +45,6 @@ def checker_ruleset(benchmark, log_format="mllog"):
 # ruleset (its log parser and rule semantics); the verdict stays "unsupported".
 PROJECT_RULES_ENGINE = "0.7.0"
 
-# MLPerf quality targets per round (MLPERF.md section 1). v0.7 logs BLEU as a fraction; Mask R-CNN's
-# target is box and mask mAP together.
-_TARGETS = {
-    "0.5": {"resnet": 0.749, "ssd": 0.212, "maskrcnn": {"BBOX": 0.377, "SEGM": 0.339},
-            "gnmt": 21.8, "transformer": 25.0, "ncf": 0.635},
-    "0.6": {"resnet": 0.759, "ssd": 0.23, "maskrcnn": {"BBOX": 0.377, "SEGM": 0.339},
-            "gnmt": 24.0, "transformer": 25.0},
-    "0.7": {"resnet": 0.759, "ssd": 0.23, "maskrcnn": {"BBOX": 0.377, "SEGM": 0.339},
-            "gnmt": 0.24, "transformer": 0.25},
-}
-
-
 def short_ruleset(ruleset):
     """'0.7.0' / '0.7' / 0.7 -> '0.7'; None stays None."""
     if ruleset is None:
@@ -89,8 +79,20 @@ def max_non_converged(benchmark, ruleset):
 
 
 def mlperf_target(benchmark, ruleset):
-    """The MLPerf quality target (float, or dict for maskrcnn), or None if the round is unknown."""
-    return _TARGETS.get(short_ruleset(ruleset), {}).get(benchmark)
+    """The MLPerf quality target as the round's logs state it (float, or dict for maskrcnn); None if unknown.
+
+    The targets live in config.QUALITY_TARGETS (in training units); from v0.7 BLEU is logged as a fraction and
+    Mask R-CNN accuracy as {"BBOX": .., "SEGM": ..}.
+    """
+    short = short_ruleset(ruleset)
+    target = QUALITY_TARGETS.get(benchmark, {}).get(short)
+    if target is None:
+        return None
+    if benchmark == "maskrcnn":
+        return {"BBOX": target[0], "SEGM": target[1]}
+    if benchmark in ("gnmt", "transformer") and first_epoch_number(short) == 1:
+        return target / 100
+    return target
 
 
 def epochs_zero_based(ruleset):
@@ -98,4 +100,4 @@ def epochs_zero_based(ruleset):
     short = short_ruleset(ruleset)
     if short is None:
         return None
-    return short in ("0.5", "0.6")
+    return first_epoch_number(short) == 0
