@@ -108,7 +108,7 @@ def classification_train_dataset(paths: list[str], *, seed: int, epoch: int, ran
     if shuffle_buffer > 1:
         dataset = dataset.shuffle(shuffle_buffer, seed=e_seed, reshuffle_each_iteration=False)
     dataset = dataset.take(num_batches * batch_size).enumerate()
-    stream = tf.constant(rank, tf.int64) << 40
+    stream = tf.constant(int(rank) << 40, tf.int64)
 
     def preprocess(index, serialized):
         example = records.parse(serialized, CLASSIFICATION_FEATURES)

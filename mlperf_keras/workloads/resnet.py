@@ -1,0 +1,366 @@
+"""ResNet-50 v1.5 on ImageNet-2012: top-1 over the whole validation set, every 4 epochs (MLPerf image classification).
+
+Model: layers.resnet (bottleneck blocks 3-4-6-3, stride on the 3x3 convolution, no convolution biases, batch norm
+momentum 0.9 / epsilon 1e-5, optional zero-init of each block's last gamma), a 1000-way head (1001 with
+--hparams=num_classes=1001: class 0 is then the reference's unused background class and labels shift by one).
+
+Optimisation, per ruleset (every value is an --hparams key):
+- v0.5, the TF1 reference: SGD momentum 0.9 (tf.train.MomentumOptimizer), base LR 0.128 x batch/256, linear warmup
+  over 5 epochs from 0, x0.1 at epochs 30, 60, 80 and 90, L2 weight decay 1e-4 on every variable but batch-norm
+  parameters (optimizers.MomentumSGD), no label smoothing.
+- v0.6 and v0.7, the LARS reference (mlcommons/training image_classification/tensorflow2): LARS (optimizers.LARS,
+  eta 0.001, epsilon 0, momentum 0.9, weight decay 2e-4 inside the update, batch norm and bias skipped), base LR
+  from the reference's table by global batch (10 below 16k, 25 below 32k, 31.2 above) unless learning_rate is set
+  (learning_rate=0 means the reference's value for the chosen optimizer: that table, or 0.128 per 256 for SGD),
+  linear warmup 5 epochs then polynomial decay (power 2, end LR 1e-4) over train_epochs=41, label smoothing 0.1.
+  optimizer=sgd,lr_schedule=poly (allowed from v0.7) gives SGD with the same warmup + polynomial decay.
+Input: data_prep.imagenet records; inputs.image's reference preprocessing; uint8 until the model's first layer.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from mlperf_keras.config import ConfigError
+from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+
+# ImageNet-2012 sizes, for --dry_run and --synthetic without data.
+IMAGENET = {"train_images": 1_281_167, "val_images": 50_000}
+MEAN_RGB = (123.68, 116.78, 103.94)  # the reference's _CHANNEL_MEANS (inputs/image.py has the same constants)
+SGD_REFERENCE_LEARNING_RATE = 0.128  # per 256 images (the v0.5 reference's _BASE_LR)
+
+
+def lars_reference_learning_rate(global_batch: int) -> float:
+    """Base LR of the LARS reference's PolynomialDecayWithWarmup when none is given, by global batch."""
+    if global_batch < 16384:
+        return 10.0
+    if global_batch < 32768:
+        return 25.0
+    return 31.2
+
+
+class ResNet50(Workload):
+    name = "resnet"
+    metric_name = "top-1"
+    dataset_name = "imagenet-2012"
+    prepare_command = "python -m data_prep.imagenet --raw_dir=RAW --output_dir=DATA"
+    throughput_unit = "images"
+    train_flops_per_sample = 24.5e9  # 224x224 ResNet-50 v1.5 training (MLPERF.md section 3)
+    default_max_epochs = 90
+    demo_target = 0.6
+    demo_hparams = {"image_size": 32, "eval_resize": 36, "width": 8, "block_sizes": (1, 1, 1, 1),
+                    "batch_size": 32, "eval_every": 1, "shuffle_buffer": 512, "optimizer": "sgd",
+                    "lr_schedule": "step", "learning_rate": 0.8, "warmup_epochs": 1.0, "decay_epochs": (15, 25),
+                    "label_smoothing": 0.0}
+
+    def reference_hparams(self, ruleset: str) -> dict:
+        hparams = {
+            "num_classes": 1000,
+            "image_size": 224,
+            "eval_resize": 256,            # eval: shorter side resized to this, then the center image_size crop
+            "width": 64,                   # filters of the stem and first stage (doubling per stage)
+            "block_sizes": (3, 4, 6, 3),
+            "zero_init_residual": False,
+            "bn_momentum": 0.9,
+            "bn_epsilon": 1e-5,
+            "batch_size": 256,             # global, when neither --batch_size nor a preset gives one
+            "eval_batch_size": 0,          # per worker; 0: the per-worker training batch
+            "eval_every": 4,               # epochs between evaluations (MLPerf: 4, first after 1-4 by --eval_offset)
+            "shuffle_buffer": 10_000,      # records, per worker (the TF2 reference's)
+            "crop_area": (0.05, 1.0),
+            "crop_aspect": (0.75, 1.33),
+            "crop_min_covered": 0.1,
+            "mean": MEAN_RGB,
+            "std": (1.0, 1.0, 1.0),
+            "momentum": 0.9,
+            "warmup_epochs": 5.0,
+            "end_learning_rate": 1e-4,
+            "poly_power": 2.0,
+            "lars_eta": 0.001,
+            "lars_epsilon": 0.0,
+            **IMAGENET,
+        }
+        if ruleset == "0.5":
+            hparams.update({"optimizer": "sgd", "lr_schedule": "step", "learning_rate": SGD_REFERENCE_LEARNING_RATE,
+                            "weight_decay": 1e-4, "label_smoothing": 0.0, "decay_epochs": (30, 60, 80, 90),
+                            "decay_factor": 0.1, "train_epochs": 90})
+        else:
+            hparams.update({"optimizer": "lars", "lr_schedule": "poly", "learning_rate": 0.0,
+                            "weight_decay": 2e-4, "label_smoothing": 0.1, "decay_epochs": (30, 60, 80, 90),
+                            "decay_factor": 0.1, "train_epochs": 41})
+        return hparams
+
+    def dataset_hparams(self, manifest):
+        if manifest is None:
+            return {}
+        counts = manifest["counts"]
+        return {"num_classes": counts["num_classes"], "train_images": counts["train_images"],
+                "val_images": counts["val_images"]}
+
+    def default_global_batch(self, hparams, num_workers, per_worker_preset):
+        return per_worker_preset * num_workers if per_worker_preset else hparams["batch_size"]
+
+    def eval_due(self, epoch_index, config):
+        every = config.hparams["eval_every"]
+        return (epoch_index + 1 - config.eval_offset) % every == 0 and epoch_index + 1 >= config.eval_offset
+
+    # ---- model, optimizer, loss ----
+
+    def _check(self, config):
+        hp = config.hparams
+        if hp["optimizer"] not in ("sgd", "lars"):
+            raise ConfigError(f"hyperparameter optimizer={hp['optimizer']!r}: expected sgd or lars")
+        if hp["lr_schedule"] not in ("step", "poly"):
+            raise ConfigError(f"hyperparameter lr_schedule={hp['lr_schedule']!r}: expected step or poly")
+        if hp["optimizer"] == "lars" and hp["lr_schedule"] != "poly":
+            raise ConfigError("LARS is defined with the polynomial schedule (lr_schedule=poly)")
+        if not 0 <= config.eval_offset < hp["eval_every"]:
+            raise ConfigError(f"--eval_offset={config.eval_offset}: must be 0..{hp['eval_every'] - 1} "
+                              f"(evaluations every {hp['eval_every']} epochs)")
+        if hp["eval_resize"] < hp["image_size"]:
+            raise ConfigError(f"eval_resize={hp['eval_resize']} is smaller than image_size={hp['image_size']}")
+        if len(hp["mean"]) != 3 or len(hp["std"]) != 3 or min(hp["std"]) <= 0:
+            raise ConfigError("mean and std take three values (R-G-B); std must be positive")
+
+    def build_model(self, config):
+        from mlperf_keras.layers import resnet
+
+        self._check(config)
+        hp = config.hparams
+        self._num_classes, self._label_smoothing = hp["num_classes"], hp["label_smoothing"]
+        options = resnet.BlockOptions(bn_momentum=hp["bn_momentum"], bn_epsilon=hp["bn_epsilon"],
+                                      zero_init_residual=hp["zero_init_residual"])
+        return resnet.classifier(hp["image_size"], hp["num_classes"], block_sizes=hp["block_sizes"],
+                                 bottleneck=True, width=hp["width"], mean=hp["mean"], std=hp["std"],
+                                 options=options, name="resnet50_v1_5")
+
+    def _schedule(self, config, steps_per_epoch: int) -> dict:
+        """The learning-rate schedule's numbers (what build_optimizer uses and mllog_hparams logs)."""
+        hp = config.hparams
+        batch = config.global_batch_size
+        if hp["optimizer"] == "lars":
+            initial = hp["learning_rate"] or lars_reference_learning_rate(batch)
+        else:  # learning_rate is per 256 images (linear scaling); 0: the v0.5 reference's 0.128
+            initial = (hp["learning_rate"] or SGD_REFERENCE_LEARNING_RATE) * batch / 256
+        warmup = int(hp["warmup_epochs"] * steps_per_epoch)
+        out = {"initial": initial, "warmup_steps": warmup, "warmup_epochs": hp["warmup_epochs"]}
+        if hp["lr_schedule"] == "step":
+            rates = [hp["decay_factor"] ** i for i in range(len(hp["decay_epochs"]) + 1)]
+            out.update(boundaries=[int(e * steps_per_epoch) for e in hp["decay_epochs"]], rates=rates,
+                       end=initial * rates[-1])
+        else:
+            out.update(decay_steps=max(1, int(hp["train_epochs"] * steps_per_epoch) - warmup + 1),
+                       end=hp["end_learning_rate"], power=hp["poly_power"])
+        return out
+
+    def build_optimizer(self, config, steps_per_epoch):
+        from mlperf_keras import optimizers
+
+        hp = config.hparams
+        s = self._schedule(config, steps_per_epoch)
+        if hp["lr_schedule"] == "step":
+            schedule = optimizers.StepWithWarmup(s["initial"], s["warmup_steps"], s["boundaries"], s["rates"])
+        else:
+            schedule = optimizers.PolynomialWithWarmup(s["initial"], s["warmup_steps"], s["decay_steps"],
+                                                       s["end"], s["power"])
+        if hp["optimizer"] == "lars":
+            return optimizers.LARS(schedule, momentum=hp["momentum"], weight_decay=hp["weight_decay"],
+                                   eta=hp["lars_eta"], epsilon=hp["lars_epsilon"])
+        # The reference's L2 term covers every trainable variable but batch-norm gamma/beta.
+        return optimizers.MomentumSGD(schedule, momentum=hp["momentum"], weight_decay=hp["weight_decay"],
+                                      decay=lambda v: "_bn/" not in v.path)
+
+    def loss(self, y_true, y_pred):
+        """Softmax cross-entropy on float32 logits, with label smoothing over all classes when set."""
+        from keras import ops
+
+        logits = ops.cast(y_pred, "float32")
+        log_probs = ops.log_softmax(logits, axis=-1)
+        labels = ops.expand_dims(ops.cast(y_true, "int32"), -1)
+        nll = -ops.squeeze(ops.take_along_axis(log_probs, labels, axis=-1), -1)
+        smoothing = getattr(self, "_label_smoothing", 0.0)
+        if smoothing:
+            nll = (1.0 - smoothing) * nll - smoothing * ops.mean(log_probs, axis=-1)
+        return ops.mean(nll)
+
+    # ---- data ----
+
+    def steps_per_epoch(self, config, manifest):
+        images = manifest["counts"]["train_images"] if manifest else config.hparams["train_images"]
+        return max(1, math.ceil(images / config.global_batch_size))
+
+    def _label_offset(self, config, manifest) -> int:
+        classes, head = manifest["counts"]["num_classes"], config.hparams["num_classes"]
+        if head not in (classes, classes + 1):
+            raise ConfigError(f"num_classes={head}: the prepared data has {classes} classes; use {classes} "
+                              f"(or {classes + 1}: a background class 0, as the reference's 1001-way head)")
+        return head - classes
+
+    def _eval_batch(self, config) -> int:
+        return config.hparams["eval_batch_size"] or config.per_worker_batch_size
+
+    def train_data(self, config, dist, manifest):
+        from mlperf_keras.inputs import records
+
+        hp = config.hparams
+        paths = records.worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
+        return _ImageNetTrainData(config, dist, paths, self.steps_per_epoch(config, manifest),
+                                  hp["train_images"], self._label_offset(config, manifest))
+
+    def synthetic_train_data(self, config, dist):
+        return _SyntheticTrainData(config, dist.rank, self.steps_per_epoch(config, None))
+
+    def evaluator(self, config, dist, manifest):
+        if manifest is None:
+            return _SyntheticEvaluator(config, dist, self._eval_batch(config))
+        from mlperf_keras.inputs import records
+
+        paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
+        return _TopOneEvaluator(config, dist, paths, manifest["counts"]["val_images"], self._eval_batch(config),
+                                self._label_offset(config, manifest))
+
+    # ---- MLLOG ----
+
+    def mllog_hparams(self, config):
+        hp = config.hparams
+        s = self._schedule(config, self.steps_per_epoch(config, None))
+        keys = {"opt_name": hp["optimizer"], "model_bn_span": config.per_worker_batch_size,
+                "label_smoothing": hp["label_smoothing"]}
+        if hp["optimizer"] == "lars":
+            keys.update({"lars_opt_base_learning_rate": s["initial"], "lars_opt_end_learning_rate": s["end"],
+                         "lars_opt_learning_rate_decay_poly_power": s["power"],
+                         "lars_opt_learning_rate_decay_steps": s["decay_steps"], "lars_epsilon": hp["lars_epsilon"],
+                         "lars_opt_learning_rate_warmup_epochs": s["warmup_epochs"],
+                         "lars_opt_momentum": hp["momentum"], "lars_opt_weight_decay": hp["weight_decay"],
+                         "lars_opt_trust_coefficient": hp["lars_eta"]})
+            return keys
+        keys.update({"sgd_opt_base_learning_rate": s["initial"], "sgd_opt_end_learning_rate": s["end"],
+                     "sgd_opt_weight_decay": hp["weight_decay"], "sgd_opt_momentum": hp["momentum"],
+                     "opt_learning_rate_warmup_epochs": s["warmup_epochs"]})
+        if hp["lr_schedule"] == "poly":
+            keys.update({"sgd_opt_learning_rate_decay_poly_power": s["power"],
+                         "sgd_opt_learning_rate_decay_steps": s["decay_steps"]})
+        else:  # the v0.5 step schedule has no poly keys; the 4.0.0 checker's SGD rules expect them (poly only)
+            keys.update({"opt_learning_rate_decay_boundary_epochs": list(hp["decay_epochs"]),
+                         "opt_learning_rate_decay_factor": hp["decay_factor"]})
+        return keys
+
+    # ---- demo ----
+
+    def prepare_demo(self, cache_dir, log=print):
+        from data_prep import demo_imagenet, imagenet
+        from mlperf_keras.inputs.manifest import DataError, read_manifest
+
+        prepared = os.path.join(cache_dir, "resnet", "prepared")
+        try:
+            read_manifest(prepared, self.name)
+            return prepared
+        except DataError:
+            pass
+        raw = os.path.join(cache_dir, "resnet", "raw")
+        log(f"demo: generating small ImageNet-format tars (10 classes) under {raw}")
+        demo_imagenet.write_raw(raw, num_classes=10, train_per_class=64, val_images=200, size=(40, 32), seed=2020)
+        imagenet.prepare(raw, prepared, train_shards=8, val_shards=2, num_workers=0, overwrite=True,
+                         log=lambda msg: log(f"demo: {msg}"))
+        return prepared
+
+
+def _to_backend(dataset):
+    """tf.data batches as the active backend wants them: tf tensors on TensorFlow, NumPy arrays elsewhere."""
+    import keras
+
+    return iter(dataset) if keras.backend.backend() == "tensorflow" else dataset.as_numpy_iterator()
+
+
+class _ImageNetTrainData(TrainData):
+    def __init__(self, config, dist, paths, steps, samples, label_offset):
+        self.config, self.rank, self.paths = config, dist.rank, paths
+        self.steps_per_epoch, self.samples_per_epoch = steps, samples
+        self.label_offset = label_offset
+
+    def dataset(self, epoch):
+        from mlperf_keras.inputs import image
+
+        hp = self.config.hparams
+        crop = image.CropParams(area_range=tuple(hp["crop_area"]), aspect_ratio_range=tuple(hp["crop_aspect"]),
+                                min_object_covered=hp["crop_min_covered"])
+        return image.classification_train_dataset(
+            self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
+            batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
+            image_size=hp["image_size"], crop=crop, shuffle_buffer=hp["shuffle_buffer"],
+            label_offset=self.label_offset)
+
+    def batches(self, epoch):
+        return _to_backend(self.dataset(epoch))
+
+
+class _SyntheticTrainData(TrainData):
+    """One random uint8 batch of the real shape, repeated: measures the model and the loop, not the input."""
+
+    def __init__(self, config, rank, steps):
+        hp = config.hparams
+        rng = np.random.default_rng(config.seed + rank)
+        batch, size = config.per_worker_batch_size, hp["image_size"]
+        self.images = rng.integers(0, 256, (batch, size, size, 3), dtype=np.uint8)
+        self.labels = rng.integers(0, hp["num_classes"], batch).astype(np.int32)
+        self.steps_per_epoch, self.samples_per_epoch = steps, hp["train_images"]
+
+    def batches(self, epoch):
+        for _ in range(self.steps_per_epoch):
+            yield self.images, self.labels
+
+
+def _count_top1(logits, labels) -> tuple[int, int]:
+    labels = np.asarray(labels)
+    valid = labels >= 0
+    return int(np.sum(np.argmax(logits[valid], axis=-1) == labels[valid])), int(np.sum(valid))
+
+
+class _TopOneEvaluator(Evaluator):
+    """Top-1 over every validation image: exact counts per worker, summed across workers."""
+
+    def __init__(self, config, dist, paths, total, batch, label_offset):
+        self.config, self.dist, self.paths = config, dist, paths
+        self.num_samples, self.batch, self.label_offset = total, batch, label_offset
+
+    def evaluate(self, predict):
+        from mlperf_keras.inputs import image
+        from mlperf_keras.inputs.manifest import DataError
+
+        hp = self.config.hparams
+        dataset = image.classification_eval_dataset(self.paths, batch_size=self.batch, image_size=hp["image_size"],
+                                                    resize_min=hp["eval_resize"], label_offset=self.label_offset)
+        correct = seen = 0
+        for images, labels in _to_backend(dataset):
+            c, n = _count_top1(predict(images), labels)
+            correct, seen = correct + c, seen + n
+        merged_correct, merged_seen = self.dist.sum_across_workers([correct, seen])
+        if int(merged_seen) != self.num_samples:
+            raise DataError(f"evaluated {int(merged_seen)} validation images, the manifest counts "
+                            f"{self.num_samples}: the prepared data changed since it was written")
+        return float(merged_correct / merged_seen)
+
+
+class _SyntheticEvaluator(Evaluator):
+    """The real eval workload (every validation image's forward pass) on random images; the number means nothing."""
+
+    def __init__(self, config, dist, batch):
+        hp = config.hparams
+        self.dist, self.num_samples = dist, hp["val_images"]
+        rng = np.random.default_rng(config.seed + 7)
+        self.local = hp["val_images"] // dist.world_size + (dist.rank < hp["val_images"] % dist.world_size)
+        self.images = rng.integers(0, 256, (batch, hp["image_size"], hp["image_size"], 3), dtype=np.uint8)
+        self.labels = rng.integers(0, hp["num_classes"], batch).astype(np.int32)
+
+    def evaluate(self, predict):
+        correct = seen = 0
+        batch = len(self.labels)
+        for lo in range(0, self.local, batch):
+            labels = self.labels.copy()
+            labels[min(batch, self.local - lo):] = -1
+            c, n = _count_top1(predict(self.images), labels)
+            correct, seen = correct + c, seen + n
+        merged_correct, merged_seen = self.dist.sum_across_workers([correct, seen])
+        return float(merged_correct / merged_seen)
