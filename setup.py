@@ -16,6 +16,9 @@ setup(
         "mlperf-logging>=4.1",
         "pandas>=2.0",
         "matplotlib>=3.8",
+        "pillow>=10",          # data_prep.imagenet: re-encoding PNG/CMYK files, checking images
+        "sentencepiece>=0.2",  # data_prep.wmt: the shared subword vocabulary
+        "sacrebleu>=2.4",      # BLEU for transformer/gnmt
     ],
     extras_require={
         # TensorFlow is the default backend and the one that reads prepared datasets; JAX needs no TensorFlow.
@@ -23,6 +26,8 @@ setup(
         "tf-cpu": ["tensorflow-cpu==2.21.*"],
         "gpu": ["tensorflow[and-cuda]==2.21.*"],
         "jax": ["jax>=0.4.30"],
+        # ImageNet's validation labels and PNG/CMYK file lists ship in this wheel; scipy reads the devkit's meta.mat.
+        "imagenet": ["tensorflow-datasets>=4.9", "scipy>=1.10"],
         "test": ["pytest>=8", "jax>=0.4.30"],
     },
     entry_points={

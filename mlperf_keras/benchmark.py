@@ -37,6 +37,7 @@ def _block(value):
 
 
 def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers: int) -> dict:
+    """Throughput in samples/s, where global_batch is the samples one step processes on all workers."""
     from mlperf_keras import loop
 
     x, y = batch
@@ -83,26 +84,34 @@ def main(argv):
             source = workload.synthetic_train_data(config, dist)
         else:
             source = workload.train_data(config, dist, manifest)
-        batch = step.to_device(next(iter(source.batches(0))))
+        host_batch = next(iter(source.batches(0)))
+        samples_per_step = workload.samples_in_batch(host_batch, config) * dist.world_size
+        batch = step.to_device(host_batch)
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    result = measure(step, batch, FLAGS.steps, FLAGS.warmup_steps, config.global_batch_size, dist.world_size)
+    result = measure(step, batch, FLAGS.steps, FLAGS.warmup_steps, samples_per_step, dist.world_size)
     peak = config.system.peak_tflops
     devices = max(1, config.system.accelerators_per_worker) * dist.world_size
-    flops = workload.train_flops_per_sample * result["loop_samples_per_s"]
+    # FLOPs per sample are the reference model's: a model resized by --hparams gets no FLOP figures.
+    flops = workload.train_flops_per_sample * result["loop_samples_per_s"] if not FLAGS.hparams else 0.0
     result.update({
         "model": config.model, "backend": config.backend, "precision": config.precision,
         "global_batch_size": config.global_batch_size, "workers": dist.world_size,
         "accelerator": config.system.accelerator_model, "accelerators": devices,
         "unit": workload.throughput_unit, "train_tflops_per_s": flops / 1e12,
-        "fraction_of_peak": flops / (peak * 1e12 * devices) if peak else None,
+        "fraction_of_peak": flops / (peak * 1e12 * devices) if peak and flops else None,
+        "samples_per_step": samples_per_step,
+        "batch_shapes": {k: list(getattr(v, "shape", ())) for k, v in
+                         (host_batch[0].items() if isinstance(host_batch[0], dict) else [("x", host_batch[0])])},
         "parameters": int(sum(int(getattr(w, "size", 0) or w.numpy().size) for w in model.trainable_weights)),
     })
     if dist.is_chief:
         unit = workload.throughput_unit
-        peak_text = f"{result['fraction_of_peak']:.1%} of {peak:g} TFLOP/s x {devices}" if peak else "peak unknown"
+        peak_text = (f"{result['fraction_of_peak']:.1%} of {peak:g} TFLOP/s x {devices}"
+                     if result["fraction_of_peak"] is not None else "fraction of peak: n/a (no peak, or --hparams)")
         print(f"{config.model} {config.backend} {config.precision} batch {config.global_batch_size} "
+              f"({samples_per_step:,} {unit} per step) "
               f"on {devices} x {config.system.accelerator_model}:\n"
               f"  loop  {result['loop_samples_per_s']:,.0f} {unit}/s ({result['loop_samples_per_s_per_worker']:,.0f} "
               f"per worker), {result['loop_vs_bare']:.1%} of bare\n"

@@ -8,9 +8,9 @@ from mlperf_keras.config import MODEL_NAMES, ConfigError
 # name -> (module, class); None = not built yet, with the issue that builds it.
 _WORKLOADS = {
     "ncf": ("mlperf_keras.workloads.ncf", "NCF"),
-    "resnet": None,       # issue 4
+    "resnet": ("mlperf_keras.workloads.resnet", "ResNet50"),
     "ssd": None,          # issue 5
-    "transformer": None,  # issue 6
+    "transformer": ("mlperf_keras.workloads.transformer", "Transformer"),
     "gnmt": None,         # reuses issue 6's text pipeline
     "maskrcnn": None,     # reuses issue 5's COCO preparation
 }

@@ -1,10 +1,10 @@
 """Decoding for the translation workloads: beam search over a model's cached decoder, compiled for the backend.
 
 A decodable model provides
-  encode(source, training) -> (memory [B, S, d], memory_bias [B, 1, 1, S])
+  encode(source, training) -> (memory [B, S, d], memory_mask [B, 1, 1, S] bool, True = a real source token)
   memory_kv(memory) -> per decoder layer (keys, values) of the encoder output, computed once per sentence
   empty_cache(rows, max_length) -> the decoder's fixed-size self-attention cache
-  decode_step(ids [rows], position, cache, memory_kv, memory_bias) -> (logits [rows, V], cache)
+  decode_step(ids [rows], position, cache, memory_kv, memory_mask) -> (logits [rows, V], cache)
 (workloads/transformer.py). `Translator` compiles one decode function for the active backend: tf.function (+ XLA)
 reading the model's variables as they are; on JAX a jax.jit function that takes the variables' current values as an
 argument (keras.StatelessScope), so it is compiled once and always decodes with the latest weights.
@@ -24,13 +24,13 @@ def translate_fn(model, beam_size: int, alpha: float, extra_length: int, eos_id:
     def translate(source):
         batch, source_length = int(source.shape[0]), int(source.shape[1])
         max_length = source_length + extra_length
-        memory, memory_bias = model.encode(source, training=False)
+        memory, memory_mask = model.encode(source, training=False)
         tiled = [(ops.repeat(k, beam_size, axis=0), ops.repeat(v, beam_size, axis=0))
                  for k, v in model.memory_kv(memory)]
-        bias = ops.repeat(memory_bias, beam_size, axis=0)
+        mask = ops.repeat(memory_mask, beam_size, axis=0)
 
         def step(ids, position, cache):
-            return model.decode_step(ids, position, cache, tiled, bias)
+            return model.decode_step(ids, position, cache, tiled, mask)
 
         sequences, _ = beam_search(step, model.empty_cache(batch * beam_size, max_length), batch, beam_size, alpha,
                                    max_length, eos_id)

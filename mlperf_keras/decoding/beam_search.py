@@ -1,11 +1,16 @@
 """Batched beam search in keras.ops (one compiled while-loop on TensorFlow or JAX).
 
-The algorithm is the reference's (tensor2tensor's beam search as used by the MLPerf Transformer): each step grows
-every alive beam by every token, keeps the 2K best extensions, of which the best K that do not end in EOS stay alive
-and those that do end in EOS compete with the already finished hypotheses for K finished slots, scored by
-log-probability / ((5 + length) / 6) ** alpha. The search stops at the maximum length, or when no alive beam can
-still beat the worst finished one of its sentence (for every sentence of the batch). A sentence without a finished
+The search of the reference (tensor2tensor's, used by the MLPerf Transformer): each step extends every alive beam
+by every token and keeps the 2K best extensions; the best K of them that do not end with EOS stay alive; scores are
+log-probability / ((5 + length) / 6) ** alpha; a sentence stops when no alive beam can still beat its worst finished
+hypothesis; the search stops at the maximum length or when every sentence has stopped; a sentence without a finished
 hypothesis returns its alive beams.
+
+One difference, as fairseq (which NVIDIA's MLPerf Transformer submissions decode with) and Marian: an extension
+ending with EOS is finished only when it ranks among the K best extensions of its sentence (tensor2tensor accepts
+any of the 2K), and a sentence also stops once it has K finished hypotheses; a stopped sentence accepts no more.
+So beam size 1 is exactly greedy decoding (for any alpha), and no sentence's result depends on the others in its
+batch. With K large enough to keep every extension the search is exhaustive (tests/test_beam_search.py).
 
 Every array has a fixed shape (sequences are preallocated to max_decode_length + 1; the decoder's key/value caches
 are fixed-size), so XLA compiles one loop per (batch, source length) shape.
@@ -54,17 +59,23 @@ def beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, m
     finished_seq = ops.zeros((B, K, L + 1), dtype="int32")
     finished_scores = ops.full((B, K), -INF, dtype="float32")
     finished_flags = ops.zeros((B, K), dtype="bool")
+    done = ops.zeros((B,), dtype="bool")
     max_penalty = length_penalty(alpha, L)
+    rank = ops.expand_dims(ops.arange(2 * K, dtype="int32"), 0)
 
-    def cond(i, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, cache):
-        best_alive = alive_log_probs[:, 0] / max_penalty
-        lowest_finished = ops.min(finished_scores * ops.cast(finished_flags, "float32"), axis=1)
-        any_finished = ops.cast(ops.any(finished_flags, axis=1), "float32")
-        lowest_finished = lowest_finished + (1.0 - any_finished) * -INF
-        done = ops.all(ops.greater(lowest_finished, best_alive))
-        return ops.logical_and(ops.less(i, L), ops.logical_not(done))
+    def sentences_done(alive_log_probs, finished_scores, finished_flags):
+        """K finished hypotheses, or none of the alive ones can still beat the worst finished one."""
+        flags = ops.cast(finished_flags, "float32")
+        full = ops.greater_equal(ops.sum(flags, axis=1), float(K))
+        lowest_finished = ops.min(finished_scores * flags, axis=1)
+        lowest_finished = lowest_finished + (1.0 - ops.max(flags, axis=1)) * -INF
+        hopeless = ops.greater(lowest_finished, alive_log_probs[:, 0] / max_penalty)
+        return ops.logical_or(full, hopeless)
 
-    def body(i, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, cache):
+    def cond(i, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, done, cache):
+        return ops.logical_and(ops.less(i, L), ops.logical_not(ops.all(done)))
+
+    def body(i, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, done, cache):
         ids = ops.reshape(ops.take(alive_seq, i, axis=2), (B * K,))
         logits, cache = step_fn(ids, i, cache)
         vocab = logits.shape[-1]
@@ -78,28 +89,30 @@ def beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, m
         write = ops.reshape(ops.equal(positions, i + 1), (1, 1, L + 1))
         top_seq = ops.where(write, ops.expand_dims(top_ids, 2), top_seq)
         ends = ops.equal(top_ids, eos_id)
-        ends_f = ops.cast(ends, "float32")
 
         # The best K extensions that do not end the sentence stay alive (with their rows of the cache).
-        alive_log_probs, alive_pick = ops.top_k(top_log_probs + ends_f * -INF, k=K)
+        alive_log_probs, alive_pick = ops.top_k(top_log_probs + ops.cast(ends, "float32") * -INF, k=K)
         alive_seq = gather_nested(top_seq, alive_pick, B, 2 * K)
         source_beams = ops.take_along_axis(top_beams, ops.cast(alive_pick, "int32"), axis=1)
         rows = _flat_index(source_beams, B, K)
         cache = keras.tree.map_structure(lambda t: ops.take(t, rows, axis=0), cache)
 
-        # Extensions that end with EOS join the finished set; keep the K best by length-normalised score.
-        scores = top_log_probs / length_penalty(alpha, i + 1) + (1.0 - ends_f) * -INF
+        # An extension ending with EOS is finished when it ranks among the K best extensions of a sentence that is
+        # not done yet; the K best finished hypotheses by length-normalised score are kept.
+        accept = ops.logical_and(ops.logical_and(ends, ops.less(rank, K)), ops.expand_dims(ops.logical_not(done), 1))
+        scores = ops.where(accept, top_log_probs / length_penalty(alpha, i + 1), -INF)
         all_seq = ops.concatenate([finished_seq, top_seq], axis=1)
         all_scores = ops.concatenate([finished_scores, scores], axis=1)
-        all_flags = ops.concatenate([ops.cast(finished_flags, "int32"), ops.cast(ends, "int32")], axis=1)
+        all_flags = ops.concatenate([ops.cast(finished_flags, "int32"), ops.cast(accept, "int32")], axis=1)
         finished_scores, finished_pick = ops.top_k(all_scores, k=K)
         finished_seq = gather_nested(all_seq, finished_pick, B, 3 * K)
         finished_flags = ops.cast(ops.take_along_axis(all_flags, ops.cast(finished_pick, "int32"), axis=1), "bool")
-        return i + 1, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, cache
+        done = ops.logical_or(done, sentences_done(alive_log_probs, finished_scores, finished_flags))
+        return i + 1, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, done, cache
 
     state = (ops.convert_to_tensor(0, "int32"), alive_seq, alive_log_probs, finished_seq, finished_scores,
-             finished_flags, cache)
-    _, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, _ = ops.while_loop(
+             finished_flags, done, cache)
+    _, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, _, _ = ops.while_loop(
         cond, body, state)
     any_finished = ops.any(finished_flags, axis=1)
     sequences = ops.where(ops.reshape(any_finished, (B, 1, 1)), finished_seq, alive_seq)

@@ -83,8 +83,8 @@ class BucketPlan:
         return int(self.batches_per_bucket(histogram).sum())
 
     def padding_fraction(self, histogram) -> float:
-        """Upper bound of padded positions per allocated position, from the pair-length histogram alone (both sides
-        counted as long as the longer one; the measured figure, with the real side lengths, is lower)."""
+        """Padding of the longer side alone (bucket rounding and partly filled batches), from the histogram: a lower
+        bound of the measured fraction (text.padding_fraction), to which the shorter side adds its difference."""
         histogram = np.asarray(histogram, dtype=np.float64)
         real = float((histogram * np.arange(len(histogram))).sum())
         allocated = float((self.batches_per_bucket(histogram) * np.asarray(self.batch_sizes)
@@ -214,7 +214,12 @@ class SyntheticTextBatches:
 
     def batches(self, epoch: int):
         rng = np.random.default_rng([self.seed, epoch])
-        for k in rng.permutation(self.buckets)[:self.steps]:
+        order = rng.permutation(self.buckets)
+        # The first batch comes from the most common bucket: a loop that repeats one batch measures a typical one.
+        common = int(np.bincount(self.buckets).argmax())
+        first = int(np.flatnonzero(order == common)[0])
+        order[[0, first]] = order[[first, 0]]
+        for k in order[:self.steps]:
             high = self.plan.lengths[k]
             low = self.plan.lengths[k - 1] if k else 1
             size = self.plan.batch_sizes[k]

@@ -5,8 +5,9 @@ bias-free query/key/value/output projections and queries scaled by depth^-0.5; a
 sub-layer wrapped as x + dropout(sublayer(layer_norm(x))) ("pre-norm"); sinusoidal positions; one embedding matrix
 shared by source, target and the output projection, scaled by sqrt(d_model), with padding (id 0) embedded as zeros.
 
-Attention logits and softmax are computed in float32 under mixed precision, so the -1e9 masking bias never
-overflows fp16. Decoding keeps a fixed-size key/value cache per layer (no growing shapes, so XLA compiles one loop).
+Masks are boolean (True = may attend), so Keras' mixed-precision autocast of layer inputs never touches them;
+attention logits and softmax are computed in float32 and masked positions set to -1e9 there (no fp16 overflow).
+Decoding keeps a fixed-size key/value cache per layer (no growing shapes, so XLA compiles one loop).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import math
 import keras
 from keras import ops
 
-NEG_INF = -1e9  # attention bias of masked positions (added in float32)
+NEG_INF = -1e9  # attention logit of masked positions (float32)
 
 
 def positional_encoding(positions, d_model: int, min_timescale: float = 1.0, max_timescale: float = 1.0e4):
@@ -28,16 +29,16 @@ def positional_encoding(positions, d_model: int, min_timescale: float = 1.0, max
     return ops.concatenate([ops.sin(scaled), ops.cos(scaled)], axis=1)
 
 
-def padding_bias(ids, pad_id: int = 0):
-    """[B, 1, 1, S] float32: NEG_INF where ids == pad_id (keys that must not be attended to)."""
-    return ops.expand_dims(ops.expand_dims(ops.cast(ops.equal(ids, pad_id), "float32") * NEG_INF, 1), 1)
+def padding_mask(ids, pad_id: int = 0):
+    """[B, 1, 1, S] bool: the keys that may be attended to (not padding)."""
+    return ops.expand_dims(ops.expand_dims(ops.not_equal(ids, pad_id), 1), 1)
 
 
-def causal_bias(length: int):
-    """[1, 1, T, T] float32: NEG_INF above the diagonal (a position attends to itself and earlier ones)."""
+def causal_mask(length):
+    """[1, 1, T, T] bool: a position attends to itself and earlier ones."""
     rows = ops.expand_dims(ops.arange(length), 1)
     cols = ops.expand_dims(ops.arange(length), 0)
-    return ops.reshape(ops.cast(ops.greater(cols, rows), "float32") * NEG_INF, (1, 1, length, length))
+    return ops.reshape(ops.less_equal(cols, rows), (1, 1, length, length))
 
 
 class SharedEmbedding(keras.layers.Layer):
@@ -99,18 +100,19 @@ class MultiHeadAttention(keras.layers.Layer):
         """Keys and values [B, S, H, depth] of a memory (source, or the decoder input so far)."""
         return self._split(self.key(memory)), self._split(self.value(memory))
 
-    def attend(self, x, k, v, bias, training=False):
-        """x [B, T, d] queries; k, v [B, S, H, depth]; bias broadcastable to [B, H, T, S] (float32)."""
+    def attend(self, x, k, v, mask, training=False):
+        """x [B, T, d] queries; k, v [B, S, H, depth]; mask (bool, True = attend) broadcastable to [B, H, T, S]."""
         q = self._split(self.query(x)) * ops.cast(self.depth ** -0.5, x.dtype)
-        logits = ops.einsum("bthd,bshd->bhts", ops.cast(q, "float32"), ops.cast(k, "float32")) + bias
+        logits = ops.einsum("bthd,bshd->bhts", ops.cast(q, "float32"), ops.cast(k, "float32"))
+        logits = ops.where(mask, logits, NEG_INF)
         weights = ops.cast(ops.softmax(logits, axis=-1), x.dtype)
         weights = self.dropout(weights, training=training)
         out = ops.einsum("bhts,bshd->bthd", weights, ops.cast(v, x.dtype))
         return self.output_dense(ops.reshape(out, (ops.shape(x)[0], -1, self.d_model)))
 
-    def call(self, x, memory, bias, training=False):
+    def call(self, x, memory, mask, training=False):
         k, v = self.project_kv(memory)
-        return self.attend(x, k, v, bias, training=training)
+        return self.attend(x, k, v, mask, training=training)
 
     def cached_self_attention(self, x, cache_k, cache_v, position):
         """One decoding step: x [B, 1, d] at `position` (scalar tensor). The step's key/value are written into the
@@ -120,8 +122,8 @@ class MultiHeadAttention(keras.layers.Layer):
         here = ops.reshape(ops.equal(ops.arange(length), position), (1, length, 1, 1))
         cache_k = ops.where(here, ops.cast(k_new, cache_k.dtype), cache_k)
         cache_v = ops.where(here, ops.cast(v_new, cache_v.dtype), cache_v)
-        future = ops.cast(ops.greater(ops.arange(length), position), "float32") * NEG_INF
-        out = self.attend(x, cache_k, cache_v, ops.reshape(future, (1, 1, 1, length)))
+        written = ops.reshape(ops.less_equal(ops.arange(length), position), (1, 1, 1, length))
+        out = self.attend(x, cache_k, cache_v, written)
         return out, cache_k, cache_v
 
 
@@ -165,9 +167,9 @@ class EncoderLayer(keras.layers.Layer):
             layer.build(input_shape)
         self.built = True
 
-    def call(self, x, bias, training=False):
+    def call(self, x, mask, training=False):
         y = self.attention_norm(x)
-        x = x + self.drop1(self.attention(y, y, bias, training=training), training=training)
+        x = x + self.drop1(self.attention(y, y, mask, training=training), training=training)
         return x + self.drop2(self.ffn(self.ffn_norm(x), training=training), training=training)
 
 
@@ -188,21 +190,21 @@ class DecoderLayer(keras.layers.Layer):
             layer.build(input_shape)
         self.built = True
 
-    def call(self, x, memory, self_bias, memory_bias, training=False):
+    def call(self, x, memory, self_mask, memory_mask, training=False):
         y = self.self_norm(x)
-        x = x + self.drops[0](self.self_attention(y, y, self_bias, training=training), training=training)
-        x = x + self.drops[1](self.cross_attention(self.cross_norm(x), memory, memory_bias, training=training),
+        x = x + self.drops[0](self.self_attention(y, y, self_mask, training=training), training=training)
+        x = x + self.drops[1](self.cross_attention(self.cross_norm(x), memory, memory_mask, training=training),
                               training=training)
         return x + self.drops[2](self.ffn(self.ffn_norm(x), training=training), training=training)
 
-    def decode_step(self, x, cache_k, cache_v, memory_k, memory_v, memory_bias, position):
+    def decode_step(self, x, cache_k, cache_v, memory_k, memory_v, memory_mask, position):
         """Inference for one position: x [B, 1, d]; memory keys/values precomputed once per sentence."""
         y, cache_k, cache_v = self.self_attention.cached_self_attention(self.self_norm(x), cache_k, cache_v,
                                                                         position)
         x = x + y
-        x = x + self.cross_attention.attend(self.cross_norm(x), memory_k, memory_v, memory_bias)
+        x = x + self.cross_attention.attend(self.cross_norm(x), memory_k, memory_v, memory_mask)
         return x + self.ffn(self.ffn_norm(x)), cache_k, cache_v
 
 
-__all__ = ["NEG_INF", "positional_encoding", "padding_bias", "causal_bias", "SharedEmbedding", "MultiHeadAttention",
+__all__ = ["NEG_INF", "positional_encoding", "padding_mask", "causal_mask", "SharedEmbedding", "MultiHeadAttention",
            "FeedForward", "EncoderLayer", "DecoderLayer"]

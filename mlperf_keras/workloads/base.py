@@ -37,6 +37,10 @@ class Workload(abc.ABC):
     throughput_unit: str = "samples"      # what one "sample" of samples/s is (images, target tokens...)
     train_flops_per_sample: float = 0.0   # training FLOPs per sample at reference size (MLPERF.md section 3)
 
+    def samples_in_batch(self, batch, config: RunConfig) -> int:
+        """How many samples (throughput_unit) one worker's batch really holds; token batches count real tokens."""
+        return config.per_worker_batch_size
+
     @abc.abstractmethod
     def reference_hparams(self, ruleset: str) -> dict:
         """The reference hyperparameters for a ruleset: every key --hparams may override."""

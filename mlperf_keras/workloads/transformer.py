@@ -66,24 +66,24 @@ def _model_class():
             return x + ops.cast(att.positional_encoding(positions, self.d_model), x.dtype)
 
         def encode(self, source, training=False):
-            bias = att.padding_bias(source, PAD_ID)
+            mask = att.padding_mask(source, PAD_ID)
             length = ops.shape(source)[1]
             x = self.encoder_dropout(self._embed(source, ops.arange(length), training), training=training)
             for layer in self.encoder_layers:
-                x = layer(x, bias, training=training)
-            return self.encoder_norm(x), bias
+                x = layer(x, mask, training=training)
+            return self.encoder_norm(x), mask
 
-        def decode(self, target_input, memory, memory_bias, training=False):
+        def decode(self, target_input, memory, memory_mask, training=False):
             length = ops.shape(target_input)[1]
             x = self.decoder_dropout(self._embed(target_input, ops.arange(length), training), training=training)
-            self_bias = att.causal_bias(length)
+            self_mask = att.causal_mask(length)
             for layer in self.decoder_layers:
-                x = layer(x, memory, self_bias, memory_bias, training=training)
+                x = layer(x, memory, self_mask, memory_mask, training=training)
             return self.embedding.logits(self.decoder_norm(x))
 
         def call(self, inputs, training=False):
-            memory, bias = self.encode(inputs["source"], training=training)
-            return self.decode(inputs["target_input"], memory, bias, training=training)
+            memory, mask = self.encode(inputs["source"], training=training)
+            return self.decode(inputs["target_input"], memory, mask, training=training)
 
         # Incremental decoding (mlperf_keras.decoding).
         def memory_kv(self, memory):
@@ -95,11 +95,11 @@ def _model_class():
             return {"k": [ops.zeros(shape, dtype) for _ in self.decoder_layers],
                     "v": [ops.zeros(shape, dtype) for _ in self.decoder_layers]}
 
-        def decode_step(self, ids, position, cache, memory_kv, memory_bias):
+        def decode_step(self, ids, position, cache, memory_kv, memory_mask):
             x = self._embed(ops.expand_dims(ids, 1), ops.reshape(position, (1,)), False)
             keys, values = [], []
             for layer, k, v, (mk, mv) in zip(self.decoder_layers, cache["k"], cache["v"], memory_kv):
-                x, k, v = layer.decode_step(x, k, v, mk, mv, memory_bias, position)
+                x, k, v = layer.decode_step(x, k, v, mk, mv, memory_mask, position)
                 keys.append(k)
                 values.append(v)
             logits = self.embedding.logits(self.decoder_norm(x))
@@ -110,6 +110,18 @@ def _model_class():
 
 
 _TransformerModel = None
+
+
+def _devices_per_worker() -> int:
+    """Devices one worker splits its batches over (keras.distribution.DataParallel on JAX), else 1."""
+    import sys
+
+    if "keras" not in sys.modules:
+        return 1
+    import keras
+
+    distribution = keras.distribution.distribution()
+    return int(np.prod(distribution.device_mesh.shape)) if distribution is not None else 1
 
 
 def learning_rate_schedule(base: float, d_model: int, warmup_steps: int):
@@ -149,12 +161,14 @@ def smoothed_cross_entropy(targets, logits, smoothing: float, vocab_size: int):
 class Transformer(Workload):
     name = "transformer"
     metric_name = "BLEU"
+    throughput_unit = "tokens"         # target tokens: real ones in samples_in_batch; the loop's rate uses the budget
+    train_flops_per_sample = 1.26e9    # per target token, Transformer big (MLPERF.md section 3)
     dataset_name = "wmt17-en-de"
     prepare_command = "python -m data_prep.wmt --raw_dir=RAW --output_dir=DATA"
     default_max_epochs = 20
     demo_target = 80.0
     demo_hparams = {"d_model": 64, "num_layers": 2, "num_heads": 4, "filter_size": 128, "dropout": 0.0,
-                    "warmup_steps": 200, "learning_rate": 2.0, "batch_tokens": 1024, "max_length": 32,
+                    "warmup_steps": 200, "learning_rate": 1.0, "batch_tokens": 1024, "max_length": 32,
                     "boundary_scale": 1.5, "beam_size": 2, "extra_decode_length": 5, "eval_batch_size": 64,
                     "shuffle_buffer": 2048}
 
@@ -217,10 +231,15 @@ class Transformer(Workload):
     def loss(self, y_true, y_pred):
         return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing, int(y_pred.shape[-1]))
 
-    def bucket_plan(self, config, num_devices: int = 1) -> text.BucketPlan:
+    def bucket_plan(self, config) -> text.BucketPlan:
+        """Length buckets of one worker's token budget; batch rows divisible by the devices sharing a batch."""
         hp = config.hparams
         return text.BucketPlan.create(config.per_worker_batch_size, hp["max_length"], hp["min_boundary"],
-                                      hp["boundary_scale"], multiple=num_devices)
+                                      hp["boundary_scale"], multiple=_devices_per_worker())
+
+    def samples_in_batch(self, batch, config):
+        """Real (non-padding) target tokens: the unit of the reference's tokens/s."""
+        return int(np.count_nonzero(np.asarray(batch[1])))
 
     def steps_per_epoch(self, config, manifest):
         plan = self.bucket_plan(config)
@@ -232,7 +251,7 @@ class Transformer(Workload):
                    for r in range(config.num_workers))
 
     def train_data(self, config, dist, manifest):
-        plan = self.bucket_plan(config, getattr(dist, "devices_per_worker", 1))
+        plan = self.bucket_plan(config)
         steps = self.steps_per_epoch(config, manifest)
         files = [os.path.join(config.data_dir, f["name"])
                  for f in text.worker_files(manifest, "train", dist.rank, dist.world_size)]
@@ -243,7 +262,7 @@ class Transformer(Workload):
 
     def synthetic_train_data(self, config, dist):
         hp = config.hparams
-        plan = self.bucket_plan(config, getattr(dist, "devices_per_worker", 1))
+        plan = self.bucket_plan(config)
         steps = self.steps_per_epoch(config, None)
         source = text.SyntheticTextBatches(plan, hp["vocab_size"], hp["max_length"],
                                            hp["train_pairs"] // config.num_workers, steps, config.seed + dist.rank)
@@ -289,8 +308,8 @@ class Transformer(Workload):
             pass
         raw = os.path.join(cache_dir, "transformer", "raw")
         log(f"demo: generating a small WMT-format corpus (the German side copies the English) under {raw}")
-        wmt.write_demo_raw(raw, num_pairs=20_000, num_test=200, task="copy", seed=2017)
-        wmt.prepare(raw, prepared, vocab_size=256, max_length=32, num_shards=4, overwrite=True,
+        wmt.write_demo_raw(raw, num_pairs=10_000, num_test=200, task="copy", seed=2017, archives=True)
+        wmt.prepare(raw, prepared, vocab_size=48, max_length=32, num_shards=4, byte_fallback=False, overwrite=True,
                     log=lambda msg: log(f"demo: {msg}"))
         return prepared
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU measurements of benchmarks/RESULTS.md, for the lent device (repo root; wheels for keras, namex, optree and
+# mlperf-logging in .whl/, since the machine has JAX and PyTorch but no Keras):
+#   bash benchmarks/gpu_suite.sh peers     # 1 GPU: ours (loop and bare step) and the PyTorch peer, per workload
+#   bash benchmarks/gpu_suite.sh scaling   # 1 and 2 GPUs, per-GPU batch fixed (weak scaling), JAX DataParallel
+# Each result is one JSON line appended to $OUT/results.jsonl.
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu_suite}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
+# Never use NVLink multicast on shared hosts (the device README's rule).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+STEPS=${STEPS:-30}
+declare -A BATCH=([ncf]=1048576 [resnet]=256 [transformer]=8192)
+MODELS=${MODELS:-"ncf resnet transformer"}
+
+ours() {  # model gpus global_batch tag
+  local json="$OUT/$1_$4.json"
+  CUDA_VISIBLE_DEVICES=$2 python3 -m mlperf_keras.benchmark --model="$1" --backend=jax --flagfile=flags/h200.flags \
+    --batch_size="$3" --steps="$STEPS" --warmup_steps=5 --json_out="$json" 2>&1 | grep -E "^ |on [0-9]+ x" || echo "FAILED: $1 $4"
+  [ -f "$json" ] && python3 -c "import json,sys; d=json.load(open('$json')); d['tag']='$4'; print(json.dumps(d))" >> "$OUT/results.jsonl"
+}
+
+case "${1:-}" in
+  peers)
+    for m in $MODELS; do
+      ours "$m" 0 "${BATCH[$m]}" ours_1gpu
+      extra=""
+      [ "$m" = transformer ] && extra="--seq_len=$(python3 -c "import json; print(json.load(open('$OUT/${m}_ours_1gpu.json'))['batch_shapes']['source'][1])")"
+      CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model="$m" --batch_size="${BATCH[$m]}" --steps="$STEPS" \
+        --warmup_steps=5 $extra 2>/dev/null | tail -1 | tee -a "$OUT/results.jsonl" || echo "FAILED: peer $m"
+    done ;;
+  scaling)
+    gpus=$(nvidia-smi -L | wc -l)
+    for m in $MODELS; do
+      ours "$m" 0 "${BATCH[$m]}" scale_1gpu
+      [ "$gpus" -ge 2 ] && ours "$m" 0,1 $((2 * ${BATCH[$m]})) scale_2gpu
+      [ "$gpus" -ge 4 ] && ours "$m" 0,1,2,3 $((4 * ${BATCH[$m]})) scale_4gpu
+    done ;;
+  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling" >&2; exit 2 ;;
+esac

@@ -1,0 +1,454 @@
+"""python -m data_prep.wmt --raw_dir=R --output_dir=D: WMT17 En-De -> the MLPerf translation dataset.
+
+Reads the official WMT material from R, as downloaded archives (.tgz / .tar.gz / .tar) or their unpacked folders,
+anywhere below R (files are found by their names inside the archives):
+  training corpora, aligned plain text, one sentence a line:
+    europarl        europarl-v7.de-en.{en,de}          training-parallel-europarl-v7.tgz (training/)
+    commoncrawl     commoncrawl.de-en.{en,de}          training-parallel-commoncrawl.tgz
+    news_commentary news-commentary-v12.de-en.{en,de}  training-parallel-nc-v12.tgz (training/)
+    rapid           rapid2016.de-en.{en,de}            rapid2016.tgz
+  test set newstest2014, SGML (newstest2014-deen-src.en.sgm + newstest2014-deen-ref.de.sgm, in dev.tgz or
+  test-full.tgz) or plain text (newstest2014.en + newstest2014.de).
+The MLPerf reference trains on europarl + commoncrawl + news_commentary (4,590,101 pairs, the default --corpora);
+rapid is read when listed.
+
+Cleaning, as the reference: lines are stripped; pairs with an empty side are dropped; pairs whose longer side
+(subwords + EOS) exceeds --max_length (256) are discarded, as the reference's training input does; --max_ratio
+(off by default, the Transformer reference has none) drops pairs whose word counts differ by more than that factor.
+The test set is never cleaned. A shared subword vocabulary (sentencepiece; --vocab_kind unigram with 33,708 entries
+for the Transformer, bpe with 32,000 for GNMT) is learned on both sides of the cleaned training text, both sides are
+encoded (EOS = 1 appended, 0 = padding), shuffled with --seed into --num_shards TFRecord shards, each listed in the
+manifest with its pair-length histogram; the test source is encoded into one eval shard (with line indices) and the
+raw German references are kept beside it for BLEU. Everything lands atomically with the manifest.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tarfile
+import time
+
+import numpy as np
+from absl import app, flags
+
+from data_prep import cli
+from mlperf_keras.inputs.manifest import DataError, StagedOutput
+
+CORPORA = {  # name -> (file stem inside the archive, the archive WMT distributes it in)
+    "europarl": ("europarl-v7.de-en", "training-parallel-europarl-v7.tgz"),
+    "commoncrawl": ("commoncrawl.de-en", "training-parallel-commoncrawl.tgz"),
+    "news_commentary": ("news-commentary-v12.de-en", "training-parallel-nc-v12.tgz"),
+    "rapid": ("rapid2016.de-en", "rapid2016.tgz"),
+}
+REFERENCE_CORPORA = ("europarl", "commoncrawl", "news_commentary")
+TEST_SGM = ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm")
+TEST_TXT = ("newstest2014.en", "newstest2014.de")
+ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
+VOCAB_KINDS = ("unigram", "bpe")
+_SEG = re.compile(r"<seg[^>]*>(.*)</seg>")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Finding the raw files
+
+class RawFiles:
+    """Finds files by name under raw_dir: unpacked first, then inside archives (extracted once into work_dir)."""
+
+    def __init__(self, raw_dir: str, work_dir: str, output_dir: str | None = None):
+        if not os.path.isdir(raw_dir):
+            raise DataError(f"{raw_dir}: no such folder")
+        self.raw_dir, self.work_dir = raw_dir, work_dir
+        self.files, self.archives, self.origin = {}, [], {}
+        skip = {os.path.abspath(work_dir), os.path.abspath(output_dir or work_dir)}  # never read our own output
+        for root, dirs, names in os.walk(raw_dir):
+            dirs[:] = sorted(d for d in dirs if os.path.abspath(os.path.join(root, d)) not in skip
+                             and not d.startswith(".staging-"))
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if name.endswith(ARCHIVE_SUFFIXES):
+                    self.archives.append(path)
+                else:
+                    self.files.setdefault(name, path)
+
+    def describe(self, name: str, path: str) -> str:
+        """Where a located file came from: its path, or archive:member."""
+        return self.origin.get(name, os.path.abspath(path))
+
+    def locate(self, names) -> dict:
+        """name -> path for every name found (unpacked, or extracted from an archive)."""
+        found = {n: self.files[n] for n in names if n in self.files}
+        missing = set(names) - set(found)
+        for archive in self.archives:
+            if not missing:
+                break
+            found.update(self._extract(archive, missing))
+            missing -= set(found)
+        return found
+
+    def _extract(self, archive: str, wanted: set) -> dict:
+        out = {}
+        target_dir = os.path.join(self.work_dir, os.path.basename(archive).replace(".", "_"))
+        try:
+            with tarfile.open(archive, "r:*") as tar:
+                for member in tar:
+                    name = os.path.basename(member.name)
+                    if member.isfile() and name in wanted and name not in out:
+                        os.makedirs(target_dir, exist_ok=True)
+                        path = os.path.join(target_dir, name)
+                        with tar.extractfile(member) as src, open(path, "wb") as dst:
+                            while block := src.read(1 << 22):
+                                dst.write(block)
+                        out[name] = path
+                        self.origin[name] = f"{archive}:{member.name}"
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise DataError(f"{archive}: unreadable archive ({' '.join(str(e).split())})") from None
+        return out
+
+
+def _missing_corpus_error(raw_dir, name, stem, found):
+    archive = CORPORA[name][1]
+    have = [f"{stem}.{lang}" for lang in ("en", "de") if f"{stem}.{lang}" in found]
+    detail = f"found only {have[0]}" if have else f"neither {stem}.en nor {stem}.de"
+    return DataError(f"{raw_dir}: corpus {name}: {detail} (unpacked or inside an archive such as {archive})")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading
+
+def read_lines(path: str) -> list[str]:
+    """Lines split on \\n only (Common Crawl holds other Unicode line separators inside sentences), stripped."""
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for lineno, raw in enumerate(lines, start=1):
+        try:
+            out.append(raw.decode("utf-8").strip())
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}:{lineno}: not UTF-8 ({e.reason})") from None
+    return out
+
+
+def read_parallel(en_path: str, de_path: str) -> tuple[list[str], list[str]]:
+    en, de = read_lines(en_path), read_lines(de_path)
+    if len(en) != len(de):
+        raise DataError(f"{en_path} has {len(en):,} lines but {de_path} has {len(de):,}: the sides are not aligned")
+    return en, de
+
+
+def read_sgm(path: str) -> list[str]:
+    """The <seg> texts of a WMT SGML file, in order, whitespace collapsed (sacrebleu's reading of these files)."""
+    segments = []
+    for lineno, line in enumerate(read_lines(path), start=1):
+        if "<seg" not in line:
+            continue
+        match = _SEG.search(line)
+        if match is None:
+            raise DataError(f"{path}:{lineno}: malformed SGML segment (expected <seg id=..>text</seg>): {line[:80]!r}")
+        segments.append(re.sub(r"\s+", " ", match.group(1).strip()))
+    if not segments:
+        raise DataError(f"{path}: no <seg> elements: not a WMT SGML test set")
+    return segments
+
+
+def read_test_set(raw: RawFiles, found: dict) -> tuple[list[str], list[str], str, str]:
+    """(source sentences, reference sentences, where each came from)."""
+    if all(n in found for n in TEST_SGM):
+        names, read = TEST_SGM, read_sgm
+    elif all(n in found for n in TEST_TXT):
+        names, read = TEST_TXT, read_lines
+    else:
+        raise DataError(f"{raw.raw_dir}: test set newstest2014 not found: need {' + '.join(TEST_SGM)} (in dev.tgz or "
+                        f"test-full.tgz, or unpacked) or {' + '.join(TEST_TXT)}")
+    src_path, ref_path = (found[n] for n in names)
+    src, ref = read(src_path), read(ref_path)
+    if len(src) != len(ref):
+        raise DataError(f"{src_path} has {len(src):,} segments but {ref_path} has {len(ref):,}: not aligned")
+    return src, ref, raw.describe(names[0], src_path), raw.describe(names[1], ref_path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Cleaning, vocabulary, encoding
+
+def clean_pairs(en: list[str], de: list[str], max_ratio: float = 0.0):
+    """Drop pairs with an empty side, and (max_ratio > 0) pairs whose word counts differ by more than max_ratio."""
+    keep_en, keep_de, empty, ratio = [], [], 0, 0
+    for a, b in zip(en, de):
+        if not a or not b:
+            empty += 1
+            continue
+        if max_ratio > 0:
+            na, nb = len(a.split()), len(b.split())
+            if max(na, nb) > max_ratio * min(na, nb):
+                ratio += 1
+                continue
+        keep_en.append(a)
+        keep_de.append(b)
+    return keep_en, keep_de, {"dropped_empty": empty, "dropped_ratio": ratio}
+
+
+def train_vocabulary(text_files: list[str], model_prefix: str, vocab_size: int, kind: str, sample: int, seed: int,
+                     threads: int, byte_fallback: bool) -> str:
+    import sentencepiece as spm
+
+    if kind not in VOCAB_KINDS:
+        raise DataError(f"--vocab_kind={kind!r}: expected one of {', '.join(VOCAB_KINDS)}")
+    spm.set_random_generator_seed(seed)
+    spm.set_min_log_level(1)
+    log_path = model_prefix + ".log"
+    try:
+        with open(log_path, "w") as log_file:  # sentencepiece's chatter goes here, not to the terminal
+            spm.SentencePieceTrainer.train(
+                input=text_files, model_prefix=model_prefix, vocab_size=vocab_size, model_type=kind,
+                character_coverage=1.0, byte_fallback=byte_fallback, normalization_rule_name="identity",
+                pad_id=0, eos_id=1, unk_id=2, bos_id=-1, input_sentence_size=sample, shuffle_input_sentence=True,
+                num_threads=threads, max_sentence_length=1 << 16, logstream=log_file)
+    except (RuntimeError, OSError) as e:
+        raise DataError(f"learning a {vocab_size}-entry {kind} vocabulary on {', '.join(text_files)} failed: "
+                        f"{str(e).strip().splitlines()[-1]} (a small corpus needs a smaller --vocab_size)") from None
+    return model_prefix + ".model"
+
+
+def encode_pairs(vocab, en: list[str], de: list[str], max_length: int, threads: int, chunk: int = 100_000):
+    """Flat int32 ids + lengths of both sides (EOS appended), without pairs longer than max_length."""
+    flats, lens = {"en": [], "de": []}, {"en": [], "de": []}
+    dropped = 0
+    for lo in range(0, len(en), chunk):
+        src = vocab.encode(en[lo:lo + chunk], num_threads=threads)
+        tgt = vocab.encode(de[lo:lo + chunk], num_threads=threads)
+        keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if max(len(s), len(t)) <= max_length]
+        dropped += len(src) - len(keep)
+        for side, seqs in (("en", src), ("de", tgt)):
+            kept = [seqs[i] for i in keep]
+            lens[side].append(np.fromiter((len(s) for s in kept), dtype=np.int64, count=len(kept)))
+            flats[side].append(np.fromiter((t for s in kept for t in s), dtype=np.int32,
+                                           count=int(lens[side][-1].sum())))
+    out = {side: (np.concatenate(flats[side]) if flats[side] else np.zeros(0, np.int32),
+                  np.concatenate(lens[side]) if lens[side] else np.zeros(0, np.int64)) for side in flats}
+    return out, dropped
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The command
+
+def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind: str = "unigram",
+            vocab_size: int = 33_708, max_length: int = 256, max_ratio: float = 0.0, num_shards: int = 100,
+            seed: int = 0, vocab_sample: int = 2_000_000, threads: int | None = None, byte_fallback: bool = True,
+            workload: str = "transformer", overwrite: bool = False, log=print) -> dict:
+    from mlperf_keras.inputs import text
+
+    threads = threads or os.cpu_count() or 1
+    unknown = [c for c in corpora if c not in CORPORA]
+    if unknown or not corpora:
+        raise DataError(f"--corpora: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(CORPORA)}")
+    if num_shards < 1:
+        raise DataError(f"--num_shards must be at least 1, got {num_shards}")
+    t0 = time.time()
+    with StagedOutput(output_dir, overwrite=overwrite) as out:
+        work = out.path("_work")
+        os.makedirs(work)
+        raw = RawFiles(raw_dir, work, output_dir)
+        wanted = [f"{CORPORA[c][0]}.{lang}" for c in corpora for lang in ("en", "de")] + [*TEST_SGM, *TEST_TXT]
+        found = raw.locate(wanted)
+        for c in corpora:
+            stem = CORPORA[c][0]
+            if f"{stem}.en" not in found or f"{stem}.de" not in found:
+                raise _missing_corpus_error(raw_dir, c, stem, found)
+        test_src, test_ref, test_src_path, test_ref_path = read_test_set(raw, found)
+
+        en, de, per_corpus = [], [], {}
+        for c in corpora:
+            stem = CORPORA[c][0]
+            a, b = read_parallel(found[f"{stem}.en"], found[f"{stem}.de"])
+            per_corpus[c] = len(a)
+            en.extend(a)
+            de.extend(b)
+            log(f"read {c}: {len(a):,} pairs ({raw.describe(f'{stem}.en', found[f'{stem}.en'])})")
+        raw_pairs = len(en)
+        en, de, dropped = clean_pairs(en, de, max_ratio)
+        log(f"cleaned: {len(en):,} of {raw_pairs:,} pairs kept ({dropped})")
+        if not en:
+            raise DataError(f"{raw_dir}: no training pair left after cleaning")
+
+        text_files = []
+        for lang, lines in (("en", en), ("de", de)):
+            path = os.path.join(work, f"train.{lang}")
+            with open(path, "w", encoding="utf-8", newline="\n") as f:
+                f.write("\n".join(lines) + "\n")
+            text_files.append(path)
+        log(f"learning a shared {vocab_kind} vocabulary of {vocab_size:,} entries (sentencepiece, sample "
+            f"{vocab_sample:,} sentences, {threads} threads)")
+        t1 = time.time()
+        model_path = train_vocabulary(text_files, os.path.join(work, "spm"), vocab_size, vocab_kind, vocab_sample,
+                                      seed, threads, byte_fallback)
+        vocab_name = f"vocab.{vocab_kind}.{vocab_size}.model"
+        os.replace(model_path, out.path(vocab_name))
+        vocab = text.Vocabulary(out.path(vocab_name))
+        log(f"  {len(vocab):,} entries in {time.time() - t1:.0f} s")
+
+        encoded, dropped_long = encode_pairs(vocab, en, de, max_length, threads)
+        del en, de
+        src_flat, src_len = encoded["en"]
+        tgt_flat, tgt_len = encoded["de"]
+        pairs = len(src_len)
+        if pairs == 0:
+            raise DataError(f"{raw_dir}: every training pair is longer than --max_length={max_length} subwords")
+        log(f"encoded {pairs:,} pairs ({dropped_long:,} longer than {max_length} subwords discarded)")
+
+        src_off = np.concatenate([[0], np.cumsum(src_len)])
+        tgt_off = np.concatenate([[0], np.cumsum(tgt_len)])
+        order = np.random.default_rng(seed).permutation(pairs)
+        num_shards = min(num_shards, pairs)
+        import tensorflow as tf
+
+        for k, rows in enumerate(np.array_split(order, num_shards)):
+            name = f"train-{k:05d}-of-{num_shards:05d}.tfrecord"
+            with tf.io.TFRecordWriter(out.path(name)) as writer:
+                for i in rows:
+                    writer.write(text.serialize_pair(src_flat[src_off[i]:src_off[i + 1]].tolist(),
+                                                     tgt_flat[tgt_off[i]:tgt_off[i + 1]].tolist()))
+            out.add(name, rows=len(rows), split="train",
+                    lengths=text.length_histogram(np.maximum(src_len[rows], tgt_len[rows]), max_length))
+            if (k + 1) % max(1, num_shards // 10) == 0 or k + 1 == num_shards:
+                log(f"  wrote train shard {k + 1}/{num_shards}")
+
+        eval_ids = vocab.encode(test_src, num_threads=threads)
+        name = "eval-00000-of-00001.tfrecord"
+        with tf.io.TFRecordWriter(out.path(name)) as writer:
+            for index, ids in enumerate(eval_ids):
+                writer.write(text.serialize_eval(index, ids))
+        out.add(name, rows=len(eval_ids), split="eval")
+        with open(out.path("newstest2014.de"), "w", encoding="utf-8", newline="\n") as f:
+            f.write("".join(line + "\n" for line in test_ref))
+        out.add("newstest2014.de", rows=len(test_ref), split="reference")
+        out.add(vocab_name, split="vocab")
+
+        counts = {"train_pairs": int(pairs), "eval_sentences": len(test_src), "vocab_size": len(vocab),
+                  "raw_pairs": raw_pairs, "dropped_empty": dropped["dropped_empty"],
+                  "dropped_ratio": dropped["dropped_ratio"], "dropped_long": int(dropped_long),
+                  "max_length": max_length}
+        manifest = out.commit(
+            workload, "wmt17-en-de", counts,
+            options={"corpora": list(corpora), "vocab_kind": vocab_kind, "vocab_size": vocab_size,
+                     "max_length": max_length, "max_ratio": max_ratio, "num_shards": num_shards, "seed": seed,
+                     "vocab_sample": vocab_sample, "byte_fallback": byte_fallback, "tokenizer": "sentencepiece",
+                     "pad_id": text.PAD_ID, "eos_id": text.EOS_ID},
+            source={"corpora": per_corpus, "test_source": test_src_path, "test_reference": test_ref_path})
+    log(f"prepared {output_dir} in {time.time() - t0:.0f} s: {counts}")
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Small corpora in the official layout (the demo and the tests)
+
+_SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "vi", "so", "pe", "du", "ga", "fi", "ho", "ze", "wa", "ji"]
+
+
+def _words(rng, count):
+    words = set()
+    while len(words) < count:
+        words.add("".join(rng.choice(_SYLLABLES, size=int(rng.integers(1, 4)))))
+    return sorted(words)
+
+
+def _write_sgm(path, kind, lang, lines):
+    """A newstest-style SGML file (the "fake SGML" WMT used until 2020)."""
+    header = ('<srcset setid="newstest2014" srclang="any">' if kind == "src"
+              else f'<refset setid="newstest2014" srclang="any" trglang="{lang}">')
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(header + f'\n<doc sysid="{kind}" docid="demo" genre="news" origlang="en">\n<p>\n')
+        for i, line in enumerate(lines, start=1):
+            f.write(f'<seg id="{i}">{line}</seg>\n')
+        f.write(f"</p>\n</doc>\n</{'srcset' if kind == 'src' else 'refset'}>\n")
+
+
+def write_demo_raw(raw_dir: str, num_pairs: int = 20_000, num_test: int = 200, task: str = "copy", seed: int = 0,
+                   vocabulary: int = 48, min_words: int = 3, max_words: int = 10, archives: bool = False) -> None:
+    """A small parallel corpus in the WMT17 file layout: the three reference corpora (split num_pairs among them)
+    and newstest2014 as SGML. English sentences are random words; German is the same words (task "copy"), in
+    reverse order ("reverse"), or each word translated by a fixed dictionary ("dictionary").
+    With archives=True they are packed as the .tgz files WMT distributes."""
+    rng = np.random.default_rng(seed)
+    english = _words(rng, vocabulary)
+    german = dict(zip(english, rng.permutation([w + "en" for w in english])))
+
+    def pair():
+        words = list(rng.choice(english, size=int(rng.integers(min_words, max_words + 1))))
+        if task == "copy":
+            out = words
+        elif task == "reverse":
+            out = words[::-1]
+        elif task == "dictionary":
+            out = [german[w] for w in words]
+        else:
+            raise ValueError(f"unknown task {task!r}")
+        return " ".join(words) + " .", " ".join(out) + " ."
+
+    layout = {"europarl": ("training-parallel-europarl-v7", "training"),
+              "commoncrawl": ("training-parallel-commoncrawl", ""),
+              "news_commentary": ("training-parallel-nc-v12", "training")}
+    sizes = np.array_split(np.arange(num_pairs), len(layout))
+    os.makedirs(raw_dir, exist_ok=True)
+    staging = os.path.join(raw_dir, "_unpacked") if archives else raw_dir
+    for (corpus, (folder, inner)), rows in zip(layout.items(), sizes):
+        stem = CORPORA[corpus][0]
+        directory = os.path.join(staging, folder, inner)
+        os.makedirs(directory, exist_ok=True)
+        pairs = [pair() for _ in rows]
+        for lang, side in (("en", 0), ("de", 1)):
+            with open(os.path.join(directory, f"{stem}.{lang}"), "w", encoding="utf-8") as f:
+                f.write("".join(p[side] + "\n" for p in pairs))
+    test = [pair() for _ in range(num_test)]
+    dev = os.path.join(staging, "dev", "dev")
+    os.makedirs(dev, exist_ok=True)
+    _write_sgm(os.path.join(dev, TEST_SGM[0]), "src", "en", [p[0] for p in test])
+    _write_sgm(os.path.join(dev, TEST_SGM[1]), "ref", "de", [p[1] for p in test])
+    if archives:
+        import shutil
+
+        for corpus, (folder, inner) in layout.items():
+            with tarfile.open(os.path.join(raw_dir, CORPORA[corpus][1]), "w:gz") as tar:
+                tar.add(os.path.join(staging, folder, inner), arcname=inner or ".")
+        with tarfile.open(os.path.join(raw_dir, "dev.tgz"), "w:gz") as tar:
+            tar.add(dev, arcname="dev")
+        shutil.rmtree(staging)
+
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    cli.define_common_flags("Folder holding the WMT17 archives (training-parallel-europarl-v7.tgz, "
+                            "training-parallel-commoncrawl.tgz, training-parallel-nc-v12.tgz, [rapid2016.tgz], "
+                            "dev.tgz or test-full.tgz) or their unpacked files, anywhere below it.")
+    flags.DEFINE_list("corpora", list(REFERENCE_CORPORA), f"Training corpora, of: {', '.join(CORPORA)}. The MLPerf "
+                      "reference uses europarl, commoncrawl, news_commentary.")
+    flags.DEFINE_enum("vocab_kind", "unigram", list(VOCAB_KINDS), "sentencepiece model type: unigram (Transformer) "
+                      "or bpe (GNMT).")
+    flags.DEFINE_integer("vocab_size", 33_708, "Shared vocabulary entries (Transformer 33,708; GNMT BPE 32,000).")
+    flags.DEFINE_integer("max_length", 256, "Discard pairs whose longer side exceeds this many subwords (with EOS).")
+    flags.DEFINE_float("max_ratio", 0.0, "Drop pairs whose word counts differ by more than this factor (0: off, as "
+                       "the Transformer reference).")
+    flags.DEFINE_integer("num_shards", 100, "Training TFRecord shards (the reference: 100); a worker reads every "
+                         "N-th shard, so use at least as many as workers.")
+    flags.DEFINE_integer("seed", 0, "Seed of the shard shuffle and the vocabulary's sentence sample.")
+    flags.DEFINE_integer("vocab_sample", 2_000_000, "Sentences sampled to learn the vocabulary (0: all).")
+    flags.DEFINE_integer("threads", None, "Threads for the vocabulary and encoding (default: all cores).")
+    flags.DEFINE_bool("byte_fallback", True, "Spell characters outside the vocabulary as UTF-8 bytes (lossless).")
+    flags.DEFINE_enum("workload", "transformer", ["transformer", "gnmt"], "The workload the data is prepared for.")
+
+
+def main(argv):
+    del argv
+    cli.run_or_report(prepare, FLAGS.raw_dir, FLAGS.output_dir, corpora=FLAGS.corpora, vocab_kind=FLAGS.vocab_kind,
+                      vocab_size=FLAGS.vocab_size, max_length=FLAGS.max_length, max_ratio=FLAGS.max_ratio,
+                      num_shards=FLAGS.num_shards, seed=FLAGS.seed, vocab_sample=FLAGS.vocab_sample,
+                      threads=FLAGS.threads, byte_fallback=FLAGS.byte_fallback, workload=FLAGS.workload,
+                      overwrite=FLAGS.overwrite)
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

@@ -1,0 +1,185 @@
+"""Beam search: exact against brute force on a toy model, beam 1 = greedy, batching, and the Transformer's cache."""
+from __future__ import annotations
+
+import itertools
+import types
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from mlperf_keras.decoding import Translator, beam_search, strip_eos
+
+EOS = 1
+
+
+def toy_log_probs(vocab, length, seed):
+    """A fixed next-token table: log P(token | previous token, position) for a toy 'model'."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(length, vocab, vocab)).astype(np.float32) * 2.0
+    logits -= logits.max(axis=-1, keepdims=True)
+    return logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+
+
+def toy_step(table):
+    """step_fn over the table; the cache carries a step counter per row to check that rows are reordered with it."""
+    t = ops.convert_to_tensor(table)
+
+    def step(ids, position, cache):
+        rows = ops.take(t, position, axis=0)               # [V, V] for this position
+        logits = ops.take(rows, ids, axis=0)                # [rows, V]
+        return logits, {"steps": cache["steps"] + 1}
+
+    return step
+
+
+def run_search(table, batch, beam, alpha, length):
+    cache = {"steps": ops.zeros((batch * beam,), "int32")}
+    seqs, scores = beam_search(toy_step(table), cache, batch, beam, alpha, length, EOS)
+    return np.asarray(seqs), np.asarray(scores)
+
+
+def penalty(alpha, n):
+    return ((5.0 + n) / 6.0) ** alpha
+
+
+def brute_force(table, alpha, length, vocab):
+    """Best finished hypothesis (ends with EOS within `length` tokens) by length-normalised log probability."""
+    best, best_score = None, -np.inf
+    others = [t for t in range(vocab) if t != EOS]
+    for n in range(1, length + 1):
+        for prefix in itertools.product(others, repeat=n - 1):
+            seq, prev, lp = list(prefix) + [EOS], 0, 0.0
+            for i, tok in enumerate(seq):
+                lp += table[i, prev, tok]
+                prev = tok
+            if lp / penalty(alpha, n) > best_score:
+                best, best_score = seq, lp / penalty(alpha, n)
+    return best, best_score
+
+
+@pytest.mark.parametrize("alpha, seed", [(0.0, 0), (0.6, 1), (0.6, 2), (1.0, 3)])
+def test_wide_beam_finds_the_best_hypothesis_of_brute_force(alpha, seed):
+    vocab, length = 4, 4
+    table = toy_log_probs(vocab, length, seed)
+    seqs, scores = run_search(table, batch=1, beam=128, alpha=alpha, length=length)  # K >= every extension
+    expected, expected_score = brute_force(table, alpha, length, vocab)
+    assert list(seqs[0, 0, 1:1 + len(expected)]) == expected
+    assert scores[0, 0] == pytest.approx(expected_score, abs=1e-4)
+
+
+def greedy(table, length):
+    seq, prev = [], 0
+    for i in range(length):
+        prev = int(np.argmax(table[i, prev]))
+        seq.append(prev)
+        if prev == EOS:
+            break
+    return seq
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_one_equals_greedy_on_toy_tables(alpha):
+    vocab, length = 7, 12
+    checked = 0
+    for seed in range(12):
+        table = toy_log_probs(vocab, length, seed)
+        table[:, :, EOS] += np.linspace(-3, 3, length)[:, None]  # EOS grows likelier, so greedy paths end
+        want = greedy(table, length)
+        if want[-1] != EOS:
+            continue
+        seqs, _ = run_search(table, batch=1, beam=1, alpha=alpha, length=length)
+        assert list(seqs[0, 0, 1:1 + len(want)]) == want, seed
+        checked += 1
+    assert checked >= 6
+
+
+def test_batch_rows_are_independent_and_cache_rows_follow_their_beams():
+    vocab, length = 6, 6
+    table = toy_log_probs(vocab, length, 5)
+    batched, _ = run_search(table, batch=3, beam=3, alpha=0.6, length=length)
+    single, _ = run_search(table, batch=1, beam=3, alpha=0.6, length=length)
+    for row in range(3):  # same table for every sentence: every row must equal the single-sentence search
+        np.testing.assert_array_equal(batched[row], single[0])
+
+
+# -- The Transformer's incremental decoder ----------------------------------------------------------------------------
+
+def tiny_transformer(vocab=16, seed=3):
+    from mlperf_keras.workloads.transformer import Transformer
+
+    workload = Transformer()
+    hp = workload.reference_hparams("0.7")
+    hp.update(vocab_size=vocab, d_model=32, num_layers=2, num_heads=4, filter_size=64, dropout=0.0)
+    return workload, workload.build_model(types.SimpleNamespace(hparams=hp, seed=seed))
+
+
+def test_cached_decode_step_equals_full_forward():
+    _, model = tiny_transformer()
+    rng = np.random.default_rng(0)
+    source = rng.integers(2, 16, size=(3, 7)).astype(np.int32)
+    source[:, 5:] = 0
+    source[:, 4] = EOS
+    target_input = rng.integers(2, 16, size=(3, 6)).astype(np.int32)
+    target_input[:, 0] = 0
+    full = np.asarray(model({"source": source, "target_input": target_input}, training=False))
+    memory, mask = model.encode(source)
+    kv = model.memory_kv(memory)
+    cache = model.empty_cache(3, 6)
+    for i in range(6):
+        logits, cache = model.decode_step(ops.convert_to_tensor(target_input[:, i]), ops.convert_to_tensor(i, "int32"),
+                                          cache, kv, mask)
+        np.testing.assert_allclose(np.asarray(logits), full[:, i], atol=1e-4)
+
+
+def copy_batch(rng, rows, length, vocab):
+    lengths = rng.integers(2, length, size=rows)
+    src = np.zeros((rows, length), np.int32)
+    for r, n in enumerate(lengths):
+        src[r, :n - 1] = rng.integers(2, vocab, size=n - 1)
+        src[r, n - 1] = EOS
+    return src
+
+
+def trained_copy_model(steps=250):
+    """A tiny Transformer trained briefly to copy, so that greedy decoding ends with EOS."""
+    from mlperf_keras import distribute, steps as steps_mod
+    from mlperf_keras.inputs.text import to_model_inputs
+
+    workload, model = tiny_transformer(vocab=12, seed=4)
+    optimizer = keras.optimizers.Adam(3e-3)
+    step = steps_mod.make_train_step(model, optimizer, workload.loss, distribute.SingleProcess(), jit_compile=False)
+    rng = np.random.default_rng(1)
+    for _ in range(steps):
+        src = copy_batch(rng, 32, 8, 12)
+        step(*to_model_inputs(src, src))
+    step.sync_to_model()
+    return model
+
+
+def greedy_full_forward(model, source, max_length):
+    """Greedy decoding with the full (uncached) model: argmax each position until EOS."""
+    out = np.zeros((source.shape[0], max_length + 1), np.int32)
+    done = np.zeros(source.shape[0], bool)
+    for i in range(max_length):
+        logits = np.asarray(model({"source": source, "target_input": out[:, :i + 1]}, training=False))[:, i]
+        token = np.where(done, 0, logits.argmax(-1))
+        out[:, i + 1] = token
+        done |= token == EOS
+    return out[:, 1:], done
+
+
+@pytest.mark.filterwarnings("ignore:You are using a softmax over axis -1")  # greedy's first, 1-long step
+def test_transformer_beam_one_equals_greedy_and_beam_four_copies():
+    model = trained_copy_model()
+    source = copy_batch(np.random.default_rng(9), 16, 8, 12)
+    extra = 4
+    want, finished = greedy_full_forward(model, source, 8 + extra)
+    assert finished.sum() >= 12, finished  # the copy model ends its sentences
+    got = Translator(model, beam_size=1, alpha=0.6, extra_length=extra, eos_id=EOS, jit_compile=False)(source)
+    for row in np.flatnonzero(finished):
+        assert strip_eos(got[row], EOS) == strip_eos(want[row], EOS), row
+    beam4 = Translator(model, beam_size=4, alpha=0.6, extra_length=extra, eos_id=EOS, jit_compile=False)(source)
+    copied = [strip_eos(beam4[r], EOS) == strip_eos(source[r], EOS) for r in range(16)]
+    assert np.mean(copied) >= 0.5, copied
