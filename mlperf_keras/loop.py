@@ -171,10 +171,11 @@ def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds
 
 
 def _train(config, workload, dist, manifest, log, progress, step, clock_start) -> RunResult:
-    from mlperf_keras.inputs.manifest import verify_files
+    from mlperf_keras.inputs.manifest import TRAINING_CHECKSUM_LIMIT_BYTES, verify_files
 
     if manifest is not None:
-        verify_files(config.data_dir, manifest, progress=progress.say if dist.is_chief else None)
+        verify_files(config.data_dir, manifest, progress=progress.say if dist.is_chief else None,
+                     checksum_limit_bytes=TRAINING_CHECKSUM_LIMIT_BYTES)
         train = workload.train_data(config, dist, manifest)
     else:
         # Synthetic data lives on the device: one batch of the real shapes, repeated, measures model and loop only.

@@ -149,3 +149,19 @@ def test_cli_refuses_to_overwrite_and_verify_command(tmp_path):
     os.remove(os.path.join(data_dir, json.load(open(os.path.join(data_dir, "manifest.json")))["files"][1]["name"]))
     bad = run_cli("data_prep.verify", f"--data_dir={data_dir}")
     assert bad.returncode == 2 and "listed in the manifest but missing" in bad.stderr
+
+
+def test_large_datasets_get_a_size_check_only(tmp_path):
+    data_dir = prepare_tiny(tmp_path)
+    manifest = read_manifest(data_dir, "ncf")
+    victim = os.path.join(data_dir, manifest["files"][0]["name"])
+    with open(victim, "r+b") as f:  # same size, different content
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    said = []
+    verify_files(data_dir, manifest, progress=said.append, checksum_limit_bytes=10)
+    assert "sizes only" in said[0] and "data_prep.verify" in said[0]
+    with pytest.raises(DataError, match="checksum"):
+        verify_files(data_dir, manifest, progress=None, checksum_limit_bytes=1 << 30)

@@ -107,4 +107,26 @@ class Workload(abc.ABC):
     demo_hparams: dict = {}
 
     def prepare_demo(self, cache_dir: str, log=print) -> str:
+        """The prepared demo dataset under cache_dir, generated (official raw format) and prepared once."""
+        import os
+
+        from mlperf_keras.inputs.manifest import DataError, read_manifest
+
+        prepared = os.path.join(cache_dir, self.name, "prepared")
+        try:
+            read_manifest(prepared, self.name)
+            return prepared
+        except DataError:
+            pass
+        raw = os.path.join(cache_dir, self.name, "raw")
+        self.write_demo_raw(raw, log)
+        self.prepare_demo_raw(raw, prepared, lambda msg: log(f"demo: {msg}"))
+        return prepared
+
+    def write_demo_raw(self, raw_dir: str, log) -> None:
+        """Generate small raw data in the official format, learnable to the demo target."""
+        raise NotImplementedError(f"{self.name} has no built-in demo data yet")
+
+    def prepare_demo_raw(self, raw_dir: str, prepared_dir: str, log) -> None:
+        """Run this workload's data_prep on the demo raw data."""
         raise NotImplementedError(f"{self.name} has no built-in demo data yet")

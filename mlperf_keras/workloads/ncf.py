@@ -13,7 +13,6 @@ import os
 import numpy as np
 
 from mlperf_keras.inputs import ncf as ncf_input
-from mlperf_keras.inputs.manifest import read_manifest
 from mlperf_keras.metrics.ranking import hits_at_k
 from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
 
@@ -138,22 +137,17 @@ class NCF(Workload):
                 "input_hp_num_neg": hp["negatives"], "eval_hp_num_neg": hp["eval_negatives"],
                 "eval_hp_num_users": hp["num_users"]}
 
-    def prepare_demo(self, cache_dir, log=print):
-        from data_prep import demo_movielens, movielens
-        from mlperf_keras.inputs.manifest import DataError
+    def write_demo_raw(self, raw_dir, log):
+        from data_prep import demo_movielens
 
-        prepared = os.path.join(cache_dir, "ncf", "prepared")
-        try:
-            read_manifest(prepared, self.name)
-            return prepared
-        except DataError:
-            pass
-        raw = os.path.join(cache_dir, "ncf", "raw")
-        log(f"demo: generating a small MovieLens-format ratings.csv under {raw}")
-        demo_movielens.write_ratings_csv(os.path.join(raw, "ml-20m", "ratings.csv"),
+        log(f"demo: generating a small MovieLens-format ratings.csv under {raw_dir}")
+        demo_movielens.write_ratings_csv(os.path.join(raw_dir, "ml-20m", "ratings.csv"),
                                          num_users=2000, num_items=2000, seed=2020)
-        movielens.prepare(raw, prepared, overwrite=True, log=lambda msg: log(f"demo: {msg}"))
-        return prepared
+
+    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
+        from data_prep import movielens
+
+        movielens.prepare(raw_dir, prepared_dir, overwrite=True, log=log)
 
 
 class _NcfTrainData(TrainData):

@@ -19,7 +19,6 @@ Input: data_prep.imagenet records; inputs.image's reference preprocessing; uint8
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
@@ -249,22 +248,16 @@ class ResNet50(Workload):
 
     # ---- demo ----
 
-    def prepare_demo(self, cache_dir, log=print):
-        from data_prep import demo_imagenet, imagenet
-        from mlperf_keras.inputs.manifest import DataError, read_manifest
+    def write_demo_raw(self, raw_dir, log):
+        from data_prep import demo_imagenet
 
-        prepared = os.path.join(cache_dir, "resnet", "prepared")
-        try:
-            read_manifest(prepared, self.name)
-            return prepared
-        except DataError:
-            pass
-        raw = os.path.join(cache_dir, "resnet", "raw")
-        log(f"demo: generating small ImageNet-format tars (10 classes) under {raw}")
-        demo_imagenet.write_raw(raw, num_classes=10, train_per_class=64, val_images=200, size=(40, 32), seed=2020)
-        imagenet.prepare(raw, prepared, train_shards=8, val_shards=2, num_workers=0, overwrite=True,
-                         log=lambda msg: log(f"demo: {msg}"))
-        return prepared
+        log(f"demo: generating small ImageNet-format tars (10 classes) under {raw_dir}")
+        demo_imagenet.write_raw(raw_dir, num_classes=10, train_per_class=64, val_images=200, size=(40, 32), seed=2020)
+
+    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
+        from data_prep import imagenet
+
+        imagenet.prepare(raw_dir, prepared_dir, train_shards=8, val_shards=2, num_workers=0, overwrite=True, log=log)
 
 
 def _to_backend(dataset):
