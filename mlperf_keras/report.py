@@ -29,6 +29,8 @@ def define_flags():
     flags.DEFINE_bool("overwrite", False, "Replace a results/ folder under --out that this reporter did not write.")
     flags.DEFINE_bool("compliance", True, "Run the official compliance checker on every log.")
     flags.DEFINE_bool("charts", True, "Draw the charts (--nocharts: tables only, faster).")
+    flags.DEFINE_multi_string("benchmark_results", [], "JSON-lines files of python -m mlperf_keras.benchmark results "
+                              "(e.g. benchmarks/gpu_suite.sh's results.jsonl): adds a weak-scaling table and chart.")
     flags.mark_flag_as_required("out")
 
 
@@ -49,6 +51,11 @@ def main(argv):
         return EXIT_FAILED
 
     print(f"{len(report.records)} runs, {len(report.results)} results; report: {report.report_path}")
+    if FLAGS.benchmark_results:
+        from mlperf_keras.reporting import benchmark_scaling
+
+        scaling = benchmark_scaling.write(FLAGS.benchmark_results, FLAGS.out, draw_chart=FLAGS.charts)
+        print(f"benchmark scaling ({len(scaling)} rows): {FLAGS.out}/tables/benchmark_scaling.csv")
     for result in report.results:
         score = f"{result.score_min:.2f} min" if result.score_min is not None else "no score"
         print(f"  {result.benchmark:12s} {result.system:40s} {score:>12s}  {result.status}")

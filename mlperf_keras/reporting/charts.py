@@ -130,7 +130,9 @@ def _panels(count, width_each=4.2, height=3.6):
     return figure, list(axes.flat[:count])
 
 
-def throughput_chart(throughput, out_dir):
+def throughput_chart(throughput, out_dir, name="throughput",
+                     title="Training throughput by GPU count (higher is better; error bars: std over runs)",
+                     unit="samples/s"):
     data = throughput.dropna(subset=["throughput_samples_per_s"])
     if data.empty:
         return []
@@ -173,7 +175,7 @@ def throughput_chart(throughput, out_dir):
         axis.set_ylim(0, peak * (1.15 + 0.1 * len(present)))
         is_cpu = [str(f).lower() == "cpu" or str(f).lower().endswith("(cpu)") for f in present]
         axis.set_xlabel("CPU workers" if all(is_cpu) else "GPUs (CPU runs: workers)" if any(is_cpu) else "GPUs")
-        axis.set_ylabel("Throughput (samples/s)")
+        axis.set_ylabel(f"Throughput ({subset['unit'].iloc[0] if 'unit' in subset else unit})")
         axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _short_number(value)))
         axis.set_title(benchmark)
         axis.grid(axis="y", alpha=0.3)
@@ -182,9 +184,9 @@ def throughput_chart(throughput, out_dir):
         if drew_ideal:
             handles.append(Line2D([], [], linestyle="--", color="grey", label="linear scaling from 1"))
         axis.legend(handles=handles, fontsize=7, frameon=False, loc="upper left")
-    figure.suptitle("Training throughput by GPU count (higher is better; error bars: std over runs)", fontsize=11)
+    figure.suptitle(title, fontsize=11)
     figure.tight_layout()
-    return _save(figure, out_dir, "throughput")
+    return _save(figure, out_dir, name)
 
 
 def _short_number(value):
