@@ -28,7 +28,7 @@ setup(
         "jax": ["jax>=0.4.30"],
         # ImageNet's validation labels and PNG/CMYK file lists ship in this wheel; scipy reads the devkit's meta.mat.
         "imagenet": ["tensorflow-datasets>=4.9", "scipy>=1.10"],
-        "test": ["pytest>=8", "jax>=0.4.30"],
+        "test": ["pytest>=8", "jax>=0.4.30", "tensorflow-datasets>=4.9", "scipy>=1.10"],
     },
     entry_points={
         "console_scripts": [
