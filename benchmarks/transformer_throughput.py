@@ -74,7 +74,7 @@ def train_and_decode(workdir, epochs, jit_compile):
     from mlperf_keras import distribute, precision, steps as steps_mod
     from mlperf_keras.decoding import Translator
     from mlperf_keras.inputs import text
-    from mlperf_keras.inputs.manifest import read_manifest
+    from mlperf_keras.inputs.manifest import read_manifest, worker_shards
     from mlperf_keras.workloads.transformer import Transformer
 
     data = os.path.join(workdir, "demo_prepared")
@@ -94,7 +94,7 @@ def train_and_decode(workdir, epochs, jit_compile):
     steps = workload.steps_per_epoch(config, manifest)
     optimizer = workload.build_optimizer(config, steps)
     step = steps_mod.make_train_step(model, optimizer, workload.loss, distribute.SingleProcess(), jit_compile)
-    files = [os.path.join(data, f["name"]) for f in text.worker_files(manifest, "train", 0, 1)]
+    files = [os.path.join(data, f["name"]) for f in worker_shards(manifest, "train", 0, 1)]
     pipeline = text.TrainPipeline(files, plan, hp["max_length"], steps, hp["shuffle_buffer"], 1,
                                   as_numpy=keras.backend.backend() != "tensorflow")
     results = {"train_steps_per_epoch": steps}

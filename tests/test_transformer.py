@@ -12,6 +12,7 @@ import pytest
 from mlperf_logging.compliance_checker import mlp_compliance
 
 from mlperf_keras import distribute, loop
+from mlperf_keras.inputs.manifest import worker_shards
 from mlperf_keras.inputs import text
 from mlperf_keras.workloads.transformer import Transformer, learning_rate_schedule, smoothed_cross_entropy
 from tests.conftest import ROOT, run_cli, train_values
@@ -130,7 +131,7 @@ def test_pipeline_gives_exactly_the_planned_batches_within_the_token_budget(copy
     plan = text.BucketPlan.create(512, 32, 8, 1.5)
     hist = text.worker_length_histogram(manifest, 0, 1)
     steps = plan.steps(hist)
-    files = [f"{copy_data}/{f['name']}" for f in text.worker_files(manifest, "train", 0, 1)]
+    files = [f"{copy_data}/{f['name']}" for f in worker_shards(manifest, "train", 0, 1)]
     pipeline = text.TrainPipeline(files, plan, 32, steps + 5, shuffle_buffer=256, seed=1, as_numpy=True)
     batches = list(pipeline.batches(0))
     assert len(batches) == steps  # the histogram predicts the epoch exactly
@@ -154,7 +155,7 @@ def test_pipeline_gives_exactly_the_planned_batches_within_the_token_budget(copy
 
 def test_workers_read_disjoint_shards_and_the_same_number_of_steps(copy_data):
     manifest = manifest_of(copy_data)
-    names = [[f["name"] for f in text.worker_files(manifest, "train", r, 2)] for r in range(2)]
+    names = [[f["name"] for f in worker_shards(manifest, "train", r, 2)] for r in range(2)]
     assert not set(names[0]) & set(names[1]) and len(names[0] + names[1]) == 4
     workload = Transformer()
     config = types.SimpleNamespace(hparams={**workload.reference_hparams("0.7"), "max_length": 32,

@@ -77,6 +77,24 @@ def verify_files(data_dir: str, manifest: dict, progress=print, checksum_limit_b
         progress(f"verified {len(manifest['files'])} files of {data_dir} against its manifest: {what}")
 
 
+def split_shards(manifest: dict, split: str) -> list[dict]:
+    """The manifest entries of one split, in manifest (= shard) order."""
+    files = [f for f in manifest["files"] if f.get("split") == split]
+    if not files:
+        raise DataError(f"the prepared dataset has no {split!r} files (manifest lists "
+                        f"{sorted({str(f.get('split')) for f in manifest['files']})})")
+    return files
+
+
+def worker_shards(manifest: dict, split: str, rank: int, world_size: int) -> list[dict]:
+    """One worker's shards of a split: every world_size-th from rank, chosen before any shuffling."""
+    files = split_shards(manifest, split)
+    if len(files) < world_size:
+        raise DataError(f"{len(files)} {split} files cannot be shared by {world_size} workers "
+                        f"(prepare the data with at least {world_size} {split} shards)")
+    return files[rank::world_size]
+
+
 class StagedOutput:
     """Write a dataset's files into a staging folder; commit() moves them into output_dir, the manifest last.
 

@@ -15,14 +15,6 @@ import numpy as np
 from mlperf_keras.inputs.manifest import DataError
 
 
-def worker_files(manifest: dict, split: str, rank: int, world_size: int) -> list[dict]:
-    files = [f for f in manifest["files"] if f["split"] == split]
-    if len(files) < world_size:
-        raise DataError(f"the dataset has {len(files)} {split} shards, fewer than the {world_size} workers "
-                        f"(prepare it with --num_shards >= {world_size})")
-    return files[rank::world_size]
-
-
 def load_rows(data_dir: str, files: list[dict], columns: int) -> np.ndarray:
     parts = []
     for entry in files:

@@ -11,31 +11,19 @@ import os
 
 import tensorflow as tf
 
-from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.inputs.manifest import DataError, worker_shards
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def split_files(manifest: dict, split: str) -> list[dict]:
-    files = [f for f in manifest["files"] if f.get("split") == split]
-    if not files:
-        raise DataError(f"the prepared dataset has no {split!r} files (manifest lists "
-                        f"{sorted({f.get('split') for f in manifest['files']})})")
-    return files
-
-
 def worker_files(data_dir: str, manifest: dict, split: str, rank: int, world_size: int) -> list[str]:
-    """The record files of one worker: the split's files in manifest order, every world_size-th from rank."""
-    files = split_files(manifest, split)
-    if len(files) < world_size:
-        raise DataError(f"{data_dir}: {len(files)} {split} files cannot be shared by {world_size} workers "
-                        f"(prepare the data with at least {world_size} {split} shards)")
-    return [os.path.join(data_dir, f["name"]) for f in files[rank::world_size]]
+    """Paths of one worker's record files (manifest.worker_shards)."""
+    return [os.path.join(data_dir, f["name"]) for f in worker_shards(manifest, split, rank, world_size)]
 
 
 def worker_rows(manifest: dict, split: str, rank: int, world_size: int) -> int:
     """How many records worker rank reads from split (the manifest counts rows per file)."""
-    return sum(int(f["rows"]) for f in split_files(manifest, split)[rank::world_size])
+    return sum(int(f["rows"]) for f in worker_shards(manifest, split, rank, world_size))
 
 
 def record_dataset(paths: list[str], *, shuffle_seed: int | None = None, repeat: bool = False,
@@ -87,4 +75,4 @@ def writer(path: str) -> tf.io.TFRecordWriter:
 
 
 __all__ = ["AUTOTUNE", "bytes_feature", "example", "float_feature", "int64_feature", "parse",
-           "record_dataset", "split_files", "worker_files", "worker_rows", "writer"]
+           "record_dataset", "worker_files", "worker_rows", "writer"]

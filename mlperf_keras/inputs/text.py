@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.inputs.manifest import DataError, worker_shards
 
 PAD_ID = 0
 EOS_ID = 1
@@ -98,19 +98,8 @@ def length_histogram(lengths, max_length: int) -> list[int]:
                        minlength=max_length + 2)[:max_length + 1].tolist()
 
 
-def worker_files(manifest: dict, split: str, rank: int, world_size: int) -> list[dict]:
-    """This worker's shards of a split: every world_size-th file (by name), before any shuffling."""
-    files = sorted((f for f in manifest["files"] if f.get("split") == split), key=lambda f: f["name"])
-    if not files:
-        raise DataError(f"the manifest lists no {split} files")
-    if len(files) < world_size:
-        raise DataError(f"{len(files)} {split} shards cannot feed {world_size} workers (prepare more shards: "
-                        f"--num_shards)")
-    return files[rank::world_size]
-
-
 def worker_length_histogram(manifest: dict, rank: int, world_size: int) -> np.ndarray:
-    hists = [np.asarray(f["lengths"], dtype=np.int64) for f in worker_files(manifest, "train", rank, world_size)]
+    hists = [np.asarray(f["lengths"], dtype=np.int64) for f in worker_shards(manifest, "train", rank, world_size)]
     out = np.zeros(max(len(h) for h in hists), dtype=np.int64)
     for h in hists:
         out[:len(h)] += h
@@ -363,7 +352,7 @@ def parse_eval(record):
     return parsed["index"], tf.cast(tf.sparse.to_dense(parsed["inputs"]), tf.int32)
 
 
-__all__ = ["PAD_ID", "EOS_ID", "BucketPlan", "length_histogram", "worker_files", "worker_length_histogram",
+__all__ = ["PAD_ID", "EOS_ID", "BucketPlan", "length_histogram", "worker_length_histogram",
            "synthetic_length_histogram", "to_model_inputs", "TrainPipeline", "SyntheticTextBatches",
            "padding_fraction", "eval_batches", "pad_eval_batch", "synthetic_eval_set", "load_eval_set", "Vocabulary",
            "serialize_pair", "serialize_eval", "parse_pair", "parse_eval"]

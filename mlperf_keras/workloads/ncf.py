@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from mlperf_keras.inputs import ncf as ncf_input
+from mlperf_keras.inputs.manifest import worker_shards
 from mlperf_keras.metrics.ranking import hits_at_k
 from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
 
@@ -110,7 +111,7 @@ class NCF(Workload):
         return ncf_input.steps_per_epoch(per_worker, hp["negatives"], config.per_worker_batch_size)
 
     def train_data(self, config, dist, manifest):
-        files = ncf_input.worker_files(manifest, "train", dist.rank, dist.world_size)
+        files = worker_shards(manifest, "train", dist.rank, dist.world_size)
         positives = ncf_input.load_rows(config.data_dir, files, columns=2)
         return _NcfTrainData(config, positives, self.steps_per_epoch(config, manifest), dist.rank)
 
@@ -124,7 +125,7 @@ class NCF(Workload):
                                                  hp["eval_negatives"], config.seed)
             total = rows.shape[0] * dist.world_size
         else:
-            files = ncf_input.worker_files(manifest, "eval", dist.rank, dist.world_size)
+            files = worker_shards(manifest, "eval", dist.rank, dist.world_size)
             rows = ncf_input.load_rows(config.data_dir, files, columns=2 + manifest["counts"]["eval_negatives"])
             total = manifest["counts"]["eval_users"]
         return _HitRateEvaluator(ncf_input.EvalSet(rows), total, hp["top_k"], hp["eval_batch_size"], dist)

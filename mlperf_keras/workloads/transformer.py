@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from mlperf_keras.inputs import text
+from mlperf_keras.inputs.manifest import worker_shards
 from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
 
 # WMT17 En-De as the reference prepares it (europarl v7 + commoncrawl + news-commentary v12), for --dry_run and
@@ -254,7 +255,7 @@ class Transformer(Workload):
         plan = self.bucket_plan(config)
         steps = self.steps_per_epoch(config, manifest)
         files = [os.path.join(config.data_dir, f["name"])
-                 for f in text.worker_files(manifest, "train", dist.rank, dist.world_size)]
+                 for f in worker_shards(manifest, "train", dist.rank, dist.world_size)]
         return _TextTrainData(text.TrainPipeline(files, plan, config.hparams["max_length"], steps,
                                                  config.hparams["shuffle_buffer"], config.seed, dist.rank,
                                                  as_numpy=config.backend != "tensorflow"),
