@@ -125,7 +125,7 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
             log.end(C.INIT_STOP)
             log.start(C.RUN_START)
             run_started, clock_start = True, time.time()
-        model, step = build(config, workload, dist, manifest)
+        _, step = build(config, workload, dist, manifest)
         if not run_started:
             # v0.6+: init is off the clock; the clock starts when training data is first touched.
             log.end(C.INIT_STOP)
@@ -175,7 +175,7 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
 
     if manifest is not None:
         verify_files(config.data_dir, manifest, progress=progress.say if dist.is_chief else None,
-                     checksum_limit_bytes=TRAINING_CHECKSUM_LIMIT_BYTES)
+                     checksum_limit_bytes=TRAINING_CHECKSUM_LIMIT_BYTES, rank=dist.rank, world_size=dist.world_size)
         train = workload.train_data(config, dist, manifest)
     else:
         # Synthetic data lives on the device: one batch of the real shapes, repeated, measures model and loop only.

@@ -59,10 +59,6 @@ class MLPerfLog:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self._mllogger = mllog.MLLogger(logger=logger, default_stack_offset=2, root_dir=root)
 
-    @property
-    def enabled(self) -> bool:
-        return self._mllogger is not None
-
     def event(self, key, value=None, metadata=None, stack_offset=0):
         if self._mllogger:
             self._mllogger.event(key, value, metadata=metadata, stack_offset=2 + stack_offset)

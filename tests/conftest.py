@@ -1,6 +1,7 @@
 """Shared fixtures: small MovieLens-format data generated in the official raw layout, and run helpers."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,3 +45,28 @@ def train_values(**overrides):
                "cache_dir")}
     values.update(overrides)
     return types.SimpleNamespace(**values)
+
+
+_JAX_ENTRY_POINT = """
+import json, sys
+sys.argv = [%(module)r, *%(argv)r]
+from absl import app
+from mlperf_keras import %(module)s as entry
+try:
+    app.run(entry.main)
+except SystemExit as e:
+    code = e.code
+print(json.dumps({"exit": code, "tensorflow_imported": "tensorflow" in sys.modules}))
+"""
+
+
+def run_on_jax_without_tensorflow(module: str, argv: list[str], home, timeout=600):
+    """Run `mlperf_keras.<module>` (train or benchmark) on the JAX backend in a fresh interpreter with no TensorFlow
+    in its way; returns (its stdout lines before the check, the check {"exit", "tensorflow_imported"})."""
+    proc = subprocess.run([sys.executable, "-c", _JAX_ENTRY_POINT % {"module": module, "argv": list(argv)}],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={"KERAS_BACKEND": "jax", "PATH": "/usr/bin:/bin", "HOME": str(home),
+                               "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    return lines[:-1], json.loads(lines[-1])

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli, run_on_jax_without_tensorflow
 
 SMALL = ["--model=ncf", "--steps=3", "--warmup_steps=1", "--batch_size=2048",
          "--hparams=num_users=500,num_items=300,mf_dim=8,mlp_layers=32-32-16"]
@@ -32,14 +30,7 @@ def test_benchmark_on_tensorflow(tmp_path):
 
 def test_benchmark_synthetic_on_jax_needs_no_tensorflow(tmp_path):
     pytest.importorskip("jax")
-    script = ("import json, sys\n"
-              f"sys.argv = ['benchmark', '--backend=jax', '--json_out={tmp_path / 'r.json'}', *{SMALL!r}]\n"
-              "from absl import app\n"
-              "from mlperf_keras import benchmark\n"
-              "try:\n    app.run(benchmark.main)\nexcept SystemExit as e:\n    code = e.code\n"
-              "print(json.dumps({'exit': code, 'tf': 'tensorflow' in sys.modules}))\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={"KERAS_BACKEND": "jax", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"exit": 0, "tf": False}
+    _, check = run_on_jax_without_tensorflow("benchmark", ["--backend=jax", f"--json_out={tmp_path / 'r.json'}", *SMALL],
+                                             tmp_path)
+    assert check == {"exit": 0, "tensorflow_imported": False}
     check_result(json.loads((tmp_path / "r.json").read_text()), "jax")

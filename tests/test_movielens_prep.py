@@ -165,3 +165,12 @@ def test_large_datasets_get_a_size_check_only(tmp_path):
     assert "sizes only" in said[0] and "data_prep.verify" in said[0]
     with pytest.raises(DataError, match="checksum"):
         verify_files(data_dir, manifest, progress=None, checksum_limit_bytes=1 << 30)
+
+
+def test_workers_share_the_verification(tmp_path):
+    data_dir = prepare_tiny(tmp_path)
+    manifest = read_manifest(data_dir, "ncf")
+    os.remove(os.path.join(data_dir, manifest["files"][1]["name"]))
+    verify_files(data_dir, manifest, progress=None, rank=0, world_size=2)  # files 0, 2, ...: all present
+    with pytest.raises(DataError, match="listed in the manifest but missing"):
+        verify_files(data_dir, manifest, progress=None, rank=1, world_size=2)

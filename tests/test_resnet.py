@@ -220,36 +220,18 @@ def test_labels_must_fit_the_head(prepared):
     assert workload.train_data(config, dist, manifest).label_offset == 1  # background class 0, as the reference
 
 
-JAX_RUN = """
-import json, sys
-sys.argv = ["train", "--model=resnet", "--backend=jax", "--synthetic", "--output_dir=%s", "--seed=2",
-            "--ruleset=0.7", "--max_epochs=1", "--batch_size=8", "--precision=bf16",
-            "--hparams=image_size=32,eval_resize=36,width=8,block_sizes=1-1-1-1,train_images=32,val_images=12"]
-from absl import app
-from mlperf_keras import train
-try:
-    app.run(train.main)
-except SystemExit as e:
-    code = e.code
-print(json.dumps({"exit": code, "tensorflow_imported": "tensorflow" in sys.modules}))
-"""
-
-
 @pytest.mark.slow
 def test_resnet_trains_on_jax_without_tensorflow(tmp_path):
     """keras.layers/keras.ops only: the same model, LARS and loss run on the JAX backend (bf16, synthetic data)."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
+    from tests.conftest import run_on_jax_without_tensorflow
 
     pytest.importorskip("jax")
-    proc = subprocess.run([sys.executable, "-c", JAX_RUN % tmp_path], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={"KERAS_BACKEND": "jax", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                                            "JAX_PLATFORMS": "cpu"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.strip().splitlines()
-    summary, check = json.loads(lines[-2]), json.loads(lines[-1])
+    lines, check = run_on_jax_without_tensorflow(
+        "train", ["--model=resnet", "--backend=jax", "--synthetic", f"--output_dir={tmp_path}", "--seed=2",
+                  "--ruleset=0.7", "--max_epochs=1", "--batch_size=8", "--precision=bf16",
+                  "--hparams=image_size=32,eval_resize=36,width=8,block_sizes=1-1-1-1,train_images=32,val_images=12"],
+        tmp_path)
+    summary = json.loads(lines[-1])
     assert check == {"exit": 0, "tensorflow_imported": False}
     events = read_events(summary["log"])
     values = {e["key"]: e["value"] for e in events}

@@ -15,7 +15,7 @@ from mlperf_keras import distribute, loop
 from mlperf_keras.inputs.manifest import worker_shards
 from mlperf_keras.inputs import text
 from mlperf_keras.workloads.transformer import Transformer, learning_rate_schedule, smoothed_cross_entropy
-from tests.conftest import ROOT, run_cli, train_values
+from tests.conftest import ROOT, run_cli, run_on_jax_without_tensorflow, train_values
 from tests.test_wmt_prep import prepared_corpus
 
 TINY = ("d_model=32,num_layers=1,num_heads=4,filter_size=64,dropout=0.0,batch_tokens=512,max_length=32,"
@@ -254,24 +254,11 @@ def test_short_run_log_fails_the_official_checker_only_on_the_quality_target(cop
 
 
 def test_synthetic_jax_run_decodes_and_never_imports_tensorflow(tmp_path):
-    script = f"""
-import json, sys
-sys.argv = ["train", "--model=transformer", "--backend=jax", "--synthetic", "--output_dir={tmp_path}", "--seed=2",
-            "--max_epochs=1", "--ruleset=0.7",
-            "--hparams={TINY},vocab_size=40,train_pairs=300,eval_sentences=24"]
-from absl import app
-from mlperf_keras import train
-try:
-    app.run(train.main)
-except SystemExit as e:
-    code = e.code
-print(json.dumps({{"exit": code, "tensorflow_imported": "tensorflow" in sys.modules}}))
-"""
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={"KERAS_BACKEND": "jax", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.strip().splitlines()
-    summary, check = json.loads(lines[-2]), json.loads(lines[-1])
+    lines, check = run_on_jax_without_tensorflow(
+        "train", ["--model=transformer", "--backend=jax", "--synthetic", f"--output_dir={tmp_path}", "--seed=2",
+                  "--max_epochs=1", "--ruleset=0.7", f"--hparams={TINY},vocab_size=40,train_pairs=300,eval_sentences=24"],
+        tmp_path, timeout=300)
+    summary = json.loads(lines[-1])
     assert check == {"exit": 0, "tensorflow_imported": False}
     assert summary["epochs"] == 1 and 0.0 <= summary["quality"] < 5.0  # random references: BLEU near 0
     log = open(summary["log"]).read()

@@ -56,12 +56,14 @@ def read_manifest(data_dir: str, workload: str) -> dict:
 TRAINING_CHECKSUM_LIMIT_BYTES = 4 << 30
 
 
-def verify_files(data_dir: str, manifest: dict, progress=print, checksum_limit_bytes: int | None = None) -> None:
-    """Check every file the manifest lists: present, same size, and same sha256 unless the dataset is larger than
-    checksum_limit_bytes (None: always hash)."""
+def verify_files(data_dir: str, manifest: dict, progress=print, checksum_limit_bytes: int | None = None,
+                 rank: int = 0, world_size: int = 1) -> None:
+    """Check the files the manifest lists: present, same size, and same sha256 unless the dataset is larger than
+    checksum_limit_bytes (None: always hash). Worker `rank` checks every world_size-th file, so together the workers
+    check each file once instead of each reading the whole dataset."""
     total = sum(entry["bytes"] for entry in manifest["files"])
     hash_files = checksum_limit_bytes is None or total <= checksum_limit_bytes
-    for entry in manifest["files"]:
+    for entry in manifest["files"][rank::world_size]:
         path = os.path.join(data_dir, entry["name"])
         if not os.path.exists(path):
             raise DataError(f"{path}: listed in the manifest but missing")
@@ -74,7 +76,10 @@ def verify_files(data_dir: str, manifest: dict, progress=print, checksum_limit_b
         what = "sizes and checksums" if hash_files else (
             f"sizes only ({total / 2**30:.0f} GiB is too large to hash on the clock; "
             f"python -m data_prep.verify --data_dir={data_dir} checks the checksums)")
-        progress(f"verified {len(manifest['files'])} files of {data_dir} against its manifest: {what}")
+        checked = len(manifest["files"][rank::world_size])
+        progress(f"verified {checked} of {len(manifest['files'])} files of {data_dir} against its manifest "
+                 f"(the other workers check the rest): {what}" if world_size > 1 else
+                 f"verified {checked} files of {data_dir} against its manifest: {what}")
 
 
 def split_shards(manifest: dict, split: str) -> list[dict]:
