@@ -19,6 +19,7 @@ setup(
         "pillow>=10",          # data_prep.imagenet: re-encoding PNG/CMYK files, checking images
         "sentencepiece>=0.2",  # data_prep.wmt: the shared subword vocabulary
         "sacrebleu>=2.4",      # BLEU for transformer/gnmt
+        "pycocotools>=2.0.7",  # COCO box mAP for ssd (and maskrcnn), and RLE/polygon handling in data_prep.coco
     ],
     extras_require={
         # TensorFlow is the default backend and the one that reads prepared datasets; JAX needs no TensorFlow.
