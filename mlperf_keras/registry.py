@@ -9,10 +9,10 @@ from mlperf_keras.config import MODEL_NAMES, ConfigError
 _WORKLOADS = {
     "ncf": ("mlperf_keras.workloads.ncf", "NCF"),
     "resnet": ("mlperf_keras.workloads.resnet", "ResNet50"),
-    "ssd": None,          # issue 5
+    "ssd": ("mlperf_keras.workloads.ssd", "SSD"),
     "transformer": ("mlperf_keras.workloads.transformer", "Transformer"),
     "gnmt": None,         # reuses issue 6's text pipeline
-    "maskrcnn": None,     # reuses issue 5's COCO preparation
+    "maskrcnn": None,     # reuses data_prep.coco and metrics.coco
 }
 assert set(_WORKLOADS) == set(MODEL_NAMES)
 

@@ -61,8 +61,8 @@ class _TensorFlowTrainStep:
         with tf.device("/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"):
             return tf.nest.map_structure(lambda a: tf.identity(tf.convert_to_tensor(a)), batch)
 
-    def predict(self, x) -> np.ndarray:
-        return np.asarray(self._predict(x), dtype=np.float32)
+    def predict(self, x):
+        return _to_numpy(self._predict(x))
 
     def sync_to_model(self):
         """Variables are updated in place on TensorFlow."""
@@ -117,9 +117,9 @@ class _JaxTrainStep:
 
         return jax.block_until_ready(self.dist.shard_batch(jax.tree_util.tree_map(jax.numpy.asarray, batch)))
 
-    def predict(self, x) -> np.ndarray:
+    def predict(self, x):
         trainable, non_trainable, _ = self._state
-        return np.asarray(self._predict(trainable, non_trainable, x), dtype=np.float32)
+        return _to_numpy(self._predict(trainable, non_trainable, x))
 
     def sync_to_model(self):
         trainable, non_trainable, opt_vars = self._state
@@ -129,6 +129,13 @@ class _JaxTrainStep:
             var.assign(value)
         for var, value in zip(self.optimizer.variables, opt_vars):
             var.assign(value)
+
+
+def _to_numpy(outputs):
+    """float32 NumPy model outputs: one array, or a tuple of arrays for models with several outputs (SSD)."""
+    if isinstance(outputs, (tuple, list)):
+        return tuple(np.asarray(o, dtype=np.float32) for o in outputs)
+    return np.asarray(outputs, dtype=np.float32)
 
 
 def set_random_seed(seed: int) -> None:

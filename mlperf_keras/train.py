@@ -49,6 +49,9 @@ flags.DEFINE_enum("status", "onprem", ["onprem", "cloud", "preview", "research"]
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one accelerator at --precision (default: known table).")
 flags.DEFINE_integer("eval_offset", 0, "Shift the eval cadence by this many epochs (resnet allows 0-3).")
 flags.DEFINE_float("progress_seconds", 30.0, "Print an in-epoch progress line at most this often.")
+flags.DEFINE_string("backbone_weights", None, "An ImageNet-trained backbone to start from (ssd: the .npz that "
+                    "python -m data_prep.ssd_backbone writes from torchvision's ResNet-34, as the reference starts). "
+                    "Default: the backbone starts from random weights.")
 flags.DEFINE_string("cache_dir", os.path.join(os.path.expanduser("~"), ".cache", "mlperf_keras"),
                     "Where the demo data is generated and prepared (once).")
 FLAGS = flags.FLAGS
@@ -100,7 +103,20 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
                           accelerators_per_worker=dist.devices_per_worker if count else 0,
                           accelerator_memory_gb=memory, host_cpu=system.host_cpu(),
                           host_memory_gb=system.host_memory_gb(), peak_tflops=peak),
-        eval_offset=values.eval_offset, progress_seconds=values.progress_seconds)
+        eval_offset=values.eval_offset, progress_seconds=values.progress_seconds,
+        backbone_weights=_backbone_weights(values, workload))
+
+
+def _backbone_weights(values, workload) -> str | None:
+    path = getattr(values, "backbone_weights", None)
+    if path is None:
+        return None
+    if not workload.uses_backbone_weights:
+        raise ConfigError(f"--backbone_weights: --model={values.model} trains from scratch; only models with an "
+                          f"ImageNet-trained backbone take it")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--backbone_weights={path}: no such file")
+    return os.path.abspath(path)
 
 
 def _backend() -> str:
@@ -157,6 +173,8 @@ def dry_run(config, workload, manifest) -> None:
     print(f"global batch: {config.global_batch_size} ({config.per_worker_batch_size} per worker x "
           f"{config.num_workers} workers)")
     print(f"steps per epoch: {workload.steps_per_epoch(config, manifest)}")
+    for line in workload.describe(config):
+        print(line)
 
 
 def main(argv):

@@ -50,6 +50,7 @@ class Workload(abc.ABC):
         return {}
 
     default_max_epochs: int = 50
+    uses_backbone_weights: bool = False   # takes --backbone_weights (an ImageNet-trained backbone)
 
     @abc.abstractmethod
     def default_global_batch(self, hparams: dict, num_workers: int, per_worker_preset: int | None) -> int:
@@ -86,6 +87,10 @@ class Workload(abc.ABC):
     def steps_per_epoch(self, config: RunConfig, manifest: dict | None) -> int:
         """Computed from counts alone (the manifest, or the reference dataset's sizes), for --dry_run."""
         raise NotImplementedError
+
+    def describe(self, config: RunConfig) -> list[str]:
+        """Extra lines --dry_run prints about the model (e.g. SSD's default boxes)."""
+        return []
 
     def mllog_accuracy(self, metric: float, config: RunConfig):
         """The eval_accuracy value as the ruleset logs it (e.g. BLEU as a fraction from v0.7 on)."""

@@ -1,0 +1,287 @@
+"""SSD-ResNet34 (SSD300) on COCO 2017: box mAP@[.5:.95] over val2017 at fixed epochs (MLPerf object detection,
+lightweight; the benchmark of rounds v0.5-v1.0 before RetinaNet replaced it).
+
+As the MLPerf reference (mlcommons/training single_stage_detector/ssd, the PyTorch SSD-ResNet34):
+- model: layers.ssd (ResNet-34 up to layer3 with its stride removed, extra layers, 3x3 class/box heads on six maps,
+  8,732 default boxes); the backbone starts from an ImageNet-trained ResNet-34 when --backbone_weights is given (the
+  reference downloads torchvision's), else from random weights;
+- loss: smooth L1 on positive boxes + cross-entropy with 3:1 hard negative mining, per image over its positives;
+- input: inputs.boxes (SSD random crop with max_samples attempts per mode, flip, colour jitter, 300x300, targets
+  encoded against the default boxes); images without annotations are left out of training and evaluation, as the
+  reference's COCODetection does (117,266 train / 4,952 val images);
+- optimisation: SGD momentum 0.9 with L2 weight decay 5e-4 on every parameter (torch.optim.SGD's weight_decay), LR
+  2.5e-3 per 32 images, linear warmup from 0 (warmup factor 0) over warmup_epochs, x0.1 at epochs 40 and 50
+  (each scalable by 1 + k/10, the rules' allowance);
+- evaluation after epochs 40, 50, 55, ..., 80 (v0.6+); v0.5 evaluated at iterations 120k, 160k, 180k, 200k, 220k and
+  240k of batch 32, which become the epochs containing them; target 0.212 (v0.5) / 0.23.
+
+Differences, on purpose:
+- The 1.0.0 checker demands opt_learning_rate_warmup_steps >= 1, while the reference's warmup is off unless asked
+  for; here it is on by default (warmup_epochs=1.0). warmup_epochs=0 is refused.
+- The reference averages batch-norm statistics across workers before evaluating; here each worker evaluates its part
+  of the val set with its own statistics (exact for one worker).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from mlperf_keras.config import ConfigError
+from mlperf_keras.inputs import default_boxes
+from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+
+# COCO 2017 as the reference reads it (images with at least one annotation), for --dry_run and --synthetic.
+COCO2017 = {"train_images": 117_266, "val_images": 4_952, "num_classes": 81}
+BASE_LEARNING_RATE = 2.5e-3          # per 32 images (the reference's _BASE_LR)
+V05_EVAL_ITERATIONS = (120_000, 160_000, 180_000, 200_000, 220_000, 240_000)  # at batch 32
+
+
+def v05_eval_epochs(train_images: int) -> tuple:
+    """The v0.5 eval points (iterations of batch 32) as the 1-based epochs that contain them."""
+    return tuple(sorted({math.ceil(it * 32 / train_images) for it in V05_EVAL_ITERATIONS}))
+
+
+class SSD(Workload):
+    name = "ssd"
+    metric_name = "mAP"
+    dataset_name = "coco-2017"
+    prepare_command = "python -m data_prep.coco --raw_dir=RAW --output_dir=DATA"
+    throughput_unit = "images"
+    train_flops_per_sample = 95e9   # MLPERF.md section 3
+    default_max_epochs = 80
+    uses_backbone_weights = True
+    demo_target = 0.2
+    demo_hparams = {"batch_size": 16, "eval_epochs": (4, 8, 12, 16, 20, 24, 28, 32, 36, 40),
+                    "warmup_epochs": 1.0, "decay_epochs": (30, 36), "learning_rate": 2.5e-2,
+                    "shuffle_buffer": 256}
+
+    def reference_hparams(self, ruleset: str) -> dict:
+        return {
+            "num_classes": COCO2017["num_classes"],    # 80 COCO classes + background
+            "width": 64,                   # ResNet-34 stem/first-stage filters (doubling per stage)
+            "batch_size": 32,              # global, when neither --batch_size nor a preset gives one
+            "eval_batch_size": 0,          # per worker; 0: the per-worker training batch
+            "learning_rate": BASE_LEARNING_RATE,   # per 32 images
+            "momentum": 0.9,
+            "weight_decay": 5e-4,
+            "warmup_epochs": 1.0,
+            "warmup_factor": 0,
+            "decay_epochs": (40, 50),
+            "decay_factor": 0.1,
+            "eval_epochs": (v05_eval_epochs(COCO2017["train_images"]) if ruleset == "0.5"
+                            else (40, 50, 55, 60, 65, 70, 75, 80)),
+            "max_samples": 1,              # crop attempts per chosen mode (the rules allow 1 or 50)
+            "skip_crowd": False,           # the reference trains on crowd boxes too
+            "shuffle_buffer": 4096,        # records, per worker
+            "score_threshold": 0.05,       # evaluation: candidates per class above this score
+            "nms_iou": 0.5,
+            "max_detections": 200,
+            "bn_momentum": 0.9,            # torch's 0.1
+            "bn_epsilon": 1e-5,
+            **{k: v for k, v in COCO2017.items() if k != "num_classes"},
+        }
+
+    def dataset_hparams(self, manifest):
+        if manifest is None:
+            return {}
+        counts = manifest["counts"]
+        return {"num_classes": counts["num_classes"] + 1, "train_images": counts["train_images_annotated"],
+                "val_images": counts["val_images_annotated"]}
+
+    def default_global_batch(self, hparams, num_workers, per_worker_preset):
+        return per_worker_preset * num_workers if per_worker_preset else hparams["batch_size"]
+
+    def eval_due(self, epoch_index, config):
+        return epoch_index + 1 in config.hparams["eval_epochs"]
+
+    def describe(self, config):
+        spec = default_boxes.SSD300
+        count = len(default_boxes.default_boxes(spec))
+        return [f"default boxes: {count} on feature maps {', '.join(map(str, spec.feat_size))} with "
+                f"{', '.join(map(str, default_boxes.boxes_per_cell(spec)))} boxes per cell"]
+
+    # ---- model, optimizer, loss ----
+
+    def _check(self, config):
+        hp = config.hparams
+        if hp["max_samples"] not in (1, 50):
+            raise ConfigError(f"max_samples={hp['max_samples']}: the MLPerf rules allow 1 or 50")
+        if hp["warmup_epochs"] <= 0:
+            raise ConfigError("warmup_epochs must be positive: the 1.0.0 checker demands at least one warmup step")
+        if hp["warmup_factor"] != 0:
+            raise ConfigError("warmup_factor: only 0 (a linear warmup from 0, the reference's default) is built")
+        if len(hp["decay_epochs"]) != 2:
+            raise ConfigError(f"decay_epochs={hp['decay_epochs']}: the rules name two boundaries (40 and 50, "
+                              f"each scalable by 1 + k/10)")
+
+    def build_model(self, config):
+        from mlperf_keras.layers import resnet, ssd
+
+        self._check(config)
+        hp = config.hparams
+        options = resnet.BlockOptions(bn_momentum=hp["bn_momentum"], bn_epsilon=hp["bn_epsilon"])
+        model = ssd.ssd300(num_classes=hp["num_classes"], width=hp["width"], options=options)
+        if config.backbone_weights:
+            ssd.load_backbone_weights(model, config.backbone_weights)
+        return model
+
+    def _schedule(self, config, steps_per_epoch: int) -> dict:
+        hp = config.hparams
+        initial = hp["learning_rate"] * config.global_batch_size / 32
+        warmup = max(1, int(hp["warmup_epochs"] * steps_per_epoch))
+        # The reference multiplies the LR by 0.1 at the start of each decay epoch: the first decayed update is
+        # step decay_epoch * steps_per_epoch, and StepWithWarmup decays for steps above a boundary.
+        boundaries = [int(e * steps_per_epoch) - 1 for e in hp["decay_epochs"]]
+        rates = [hp["decay_factor"] ** i for i in range(len(boundaries) + 1)]
+        return {"initial": initial, "warmup_steps": warmup, "boundaries": boundaries, "rates": rates}
+
+    def build_optimizer(self, config, steps_per_epoch):
+        from mlperf_keras import optimizers
+
+        s = self._schedule(config, steps_per_epoch)
+        schedule = optimizers.StepWithWarmup(s["initial"], s["warmup_steps"], s["boundaries"], s["rates"])
+        # torch.optim.SGD(weight_decay=5e-4) decays every parameter, batch norm and biases included.
+        return optimizers.MomentumSGD(schedule, momentum=config.hparams["momentum"],
+                                      weight_decay=config.hparams["weight_decay"])
+
+    def loss(self, y_true, y_pred):
+        from mlperf_keras.layers import ssd
+
+        return ssd.multibox_loss(y_true, y_pred)
+
+    # ---- data ----
+
+    def steps_per_epoch(self, config, manifest):
+        images = manifest["counts"]["train_images_annotated"] if manifest else config.hparams["train_images"]
+        return max(1, math.ceil(images / config.global_batch_size))
+
+    def _eval_batch(self, config) -> int:
+        return config.hparams["eval_batch_size"] or config.per_worker_batch_size
+
+    def train_data(self, config, dist, manifest):
+        from mlperf_keras.inputs import records
+
+        paths = records.worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
+        return _CocoTrainData(config, dist.rank, paths, self.steps_per_epoch(config, manifest),
+                              manifest["counts"]["train_images_annotated"])
+
+    def synthetic_train_data(self, config, dist):
+        return _SyntheticTrainData(config, dist.rank, self.steps_per_epoch(config, None))
+
+    def evaluator(self, config, dist, manifest):
+        if manifest is None:
+            return _SyntheticEvaluator(config, dist, self._eval_batch(config))
+        from mlperf_keras.inputs import records
+
+        paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
+        annotations = [f["name"] for f in manifest["files"] if f.get("split") == "annotations"]
+        return _CocoEvaluator(config, dist, paths, os.path.join(config.data_dir, annotations[0]),
+                              manifest["categories"], manifest["counts"]["val_images_annotated"],
+                              self._eval_batch(config))
+
+    # ---- MLLOG ----
+
+    def mllog_hparams(self, config):
+        hp = config.hparams
+        s = self._schedule(config, self.steps_per_epoch(config, None))
+        return {"opt_base_learning_rate": s["initial"], "opt_weight_decay": hp["weight_decay"],
+                "opt_learning_rate_warmup_steps": s["warmup_steps"],
+                "opt_learning_rate_warmup_factor": hp["warmup_factor"],
+                "opt_learning_rate_decay_boundary_epochs": list(hp["decay_epochs"]),
+                "model_bn_span": config.per_worker_batch_size, "max_samples": hp["max_samples"]}
+
+    # ---- demo ----
+
+    def write_demo_raw(self, raw_dir, log):
+        from data_prep import demo_coco
+
+        log(f"demo: generating a small COCO-format dataset under {raw_dir}")
+        demo_coco.write_raw(raw_dir, num_train=256, num_val=64, seed=2020)
+
+    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
+        from data_prep import coco
+
+        coco.prepare(raw_dir, prepared_dir, train_shards=4, val_shards=2, num_workers=0, overwrite=True, log=log)
+
+
+def _to_backend(dataset):
+    """tf.data batches as the active backend wants them: tf tensors on TensorFlow, NumPy arrays elsewhere."""
+    import keras
+
+    return iter(dataset) if keras.backend.backend() == "tensorflow" else dataset.as_numpy_iterator()
+
+
+class _CocoTrainData(TrainData):
+    def __init__(self, config, rank, paths, steps, samples):
+        self.config, self.rank, self.paths = config, rank, paths
+        self.steps_per_epoch, self.samples_per_epoch = steps, samples
+
+    def batches(self, epoch):
+        from mlperf_keras.inputs import boxes
+
+        hp = self.config.hparams
+        return _to_backend(boxes.ssd_train_dataset(
+            self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
+            batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
+            max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"]))
+
+
+class _SyntheticTrainData(TrainData):
+    """One random batch of the real shapes, repeated; about 1% of the boxes positive, as on COCO."""
+
+    def __init__(self, config, rank, steps):
+        hp = config.hparams
+        rng = np.random.default_rng(config.seed + rank)
+        batch, boxes = config.per_worker_batch_size, len(default_boxes.default_boxes())
+        self.images = rng.integers(0, 256, (batch, 300, 300, 3), dtype=np.uint8)
+        positive = rng.random((batch, boxes)) < 0.01
+        labels = np.where(positive, rng.integers(1, hp["num_classes"], (batch, boxes)), 0).astype(np.int32)
+        offsets = np.where(positive[..., None], rng.normal(0, 1, (batch, boxes, 4)), 0).astype(np.float32)
+        self.targets = (offsets, labels)
+        self.steps_per_epoch, self.samples_per_epoch = steps, hp["train_images"]
+
+    def batches(self, epoch):
+        for _ in range(self.steps_per_epoch):
+            yield self.images, self.targets
+
+
+class _CocoEvaluator(Evaluator):
+    """COCO box mAP over every annotated val image: each worker predicts its shards, the detections are gathered and
+    scored once by pycocotools (metrics.coco)."""
+
+    def __init__(self, config, dist, paths, annotation_file, categories, total, batch):
+        self.config, self.dist, self.paths = config, dist, paths
+        self.annotation_file, self.categories = annotation_file, categories
+        self.num_samples, self.batch = total, batch
+
+    def evaluate(self, predict):
+        from mlperf_keras.inputs import boxes
+        from mlperf_keras.metrics import coco
+
+        hp = self.config.hparams
+        metric = coco.CocoDetectionMetric(self.annotation_file, self.categories, self.dist,
+                                          expected_images=self.num_samples, score_threshold=hp["score_threshold"],
+                                          nms_iou=hp["nms_iou"], max_detections=hp["max_detections"])
+        for images, image_ids, heights, widths in _to_backend(boxes.ssd_eval_dataset(self.paths,
+                                                                                     batch_size=self.batch)):
+            loc, logits = predict(images)
+            metric.add_batch(np.asarray(image_ids), np.asarray(heights), np.asarray(widths), loc, logits)
+        self.stats = metric.result()
+        return float(self.stats[0])
+
+
+class _SyntheticEvaluator(Evaluator):
+    """The eval forward passes over as many random images as the val set has; the number means nothing."""
+
+    def __init__(self, config, dist, batch):
+        hp = config.hparams
+        self.dist, self.num_samples = dist, hp["val_images"]
+        self.local = hp["val_images"] // dist.world_size + (dist.rank < hp["val_images"] % dist.world_size)
+        self.images = np.random.default_rng(config.seed + 7).integers(0, 256, (batch, 300, 300, 3), dtype=np.uint8)
+
+    def evaluate(self, predict):
+        for _ in range(0, self.local, len(self.images)):
+            predict(self.images)
+        return float(self.dist.sum_across_workers([0.0])[0])
