@@ -7,8 +7,9 @@
 - JaxDataParallel (JAX backend, one process, several local devices): keras.distribution.DataParallel replicates the
   variables; each batch is split over the devices and XLA inserts the gradient all-reduce inside the jitted step.
 
-The rest of the code asks only `rank`, `world_size`, `is_chief`, `sum_across_workers`, and (in steps.py)
-`average_gradients`, `broadcast_variables`, `shard_batch`, `devices_per_worker`.
+The rest of the code asks only `rank`, `world_size`, `is_chief`, `sum_across_workers`, `gather_rows` (the COCO
+evaluator, metrics/coco.py), and (in steps.py) `average_gradients`, `broadcast_variables`, `shard_batch`,
+`devices_per_worker`.
 """
 from __future__ import annotations
 
@@ -44,6 +45,14 @@ class SingleProcess:
     def sum_across_workers(self, values) -> np.ndarray:
         """Exact merge of per-worker counts (hits, totals): a sum, never an average of averages."""
         return np.asarray(values, dtype=np.float64)
+
+    def gather_rows(self, array) -> np.ndarray:
+        """Every worker's rows concatenated in rank order, the same on every worker (row counts may differ; the
+        trailing shape and dtype may not). For results that are not sums, such as COCO detections."""
+        array = np.asarray(array)
+        if array.ndim == 0:
+            raise ValueError("gather_rows needs an array with a leading row axis, got a scalar")
+        return array
 
     def average_gradients(self, grads):
         return grads
@@ -82,6 +91,11 @@ class Horovod(SingleProcess):
     def sum_across_workers(self, values) -> np.ndarray:
         tensor = self._tf.constant(np.asarray(values, dtype=np.float64))
         return self._hvd.allreduce(tensor, op=self._hvd.Sum).numpy()
+
+    def gather_rows(self, array) -> np.ndarray:
+        # allgather takes a different first dimension on each rank (zero rows included) and returns rank order.
+        array = super().gather_rows(array)
+        return self._hvd.allgather(self._tf.constant(array)).numpy()
 
     def average_gradients(self, grads):
         # Embedding gradients arrive as IndexedSlices; a dense all-reduce is what NCF-sized tables want.

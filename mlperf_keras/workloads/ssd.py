@@ -255,21 +255,23 @@ class _CocoEvaluator(Evaluator):
         self.config, self.dist, self.paths = config, dist, paths
         self.annotation_file, self.categories = annotation_file, categories
         self.num_samples, self.batch = total, batch
+        self.metric = None
 
     def evaluate(self, predict):
         from mlperf_keras.inputs import boxes
         from mlperf_keras.metrics import coco
 
         hp = self.config.hparams
-        metric = coco.CocoDetectionMetric(self.annotation_file, self.categories, self.dist,
-                                          expected_images=self.num_samples, score_threshold=hp["score_threshold"],
-                                          nms_iou=hp["nms_iou"], max_detections=hp["max_detections"])
+        if self.metric is None:  # the chief loads the annotations once, at the first evaluation
+            self.metric = coco.CocoDetectionMetric(
+                self.annotation_file, self.categories, self.dist, expected_images=self.num_samples,
+                score_threshold=hp["score_threshold"], nms_iou=hp["nms_iou"], max_detections=hp["max_detections"])
+        self.metric.reset()
         for images, image_ids, heights, widths in _to_backend(boxes.ssd_eval_dataset(self.paths,
                                                                                      batch_size=self.batch)):
             loc, logits = predict(images)
-            metric.add_batch(np.asarray(image_ids), np.asarray(heights), np.asarray(widths), loc, logits)
-        self.stats = metric.result()
-        return float(self.stats[0])
+            self.metric.add_batch(np.asarray(image_ids), np.asarray(heights), np.asarray(widths), loc, logits)
+        return self.metric.result()
 
 
 class _SyntheticEvaluator(Evaluator):

@@ -1,0 +1,323 @@
+"""COCO box mAP: SSD post-processing (decode, softmax, per-class NMS) and the pycocotools evaluator, merged exactly
+across workers. NumPy and pycocotools only (no TensorFlow, no Keras), so a JAX-only machine can evaluate.
+
+Post-processing follows the MLPerf reference (mlcommons/training single_stage_detector/ssd/utils.py,
+`Encoder.decode_batch` / `decode_single`, called by train.py's coco_eval with criteria 0.50 and max_output 200):
+box offsets are decoded against the default boxes, class scores are the softmax over the 81 logits, and for every
+class but background: the boxes scoring above 0.05, the 200 highest of them, greedy NMS that keeps a box only while
+its IoU with every kept box of its class is below 0.5 (the reference keeps `iou < criteria`, so IoU exactly 0.5
+suppresses), then the 200 highest-scoring detections of the image over all classes. Detections become COCO result
+rows [image_id, x, y, w, h, score, category_id] in pixels of the original image (x = left * width, w = (right -
+left) * width; boxes are not clipped, as in the reference), and COCOeval(iouType="bbox") scores them once over every
+worker's rows with its default image list (every image of the annotation file), as the reference does.
+
+Mean AP is not a sum of per-worker numbers, so workers do not merge statistics: every worker's rows are gathered
+(dist.gather_rows), the chief runs COCOeval once on the union, and the 12 summary numbers reach the other workers
+through dist.sum_across_workers (zeros elsewhere), together with a failure flag so that an error on the chief stops
+every worker instead of leaving them waiting.
+
+Where this differs from the reference, and why:
+- Only a cheap necessary condition is evaluated for every box: a class c can score above t only if its logit
+  beats the background's by log(t / (1 - t)) (the softmax denominator is at least e^x_c + e^x_0, so the score is at
+  most sigmoid(x_c - x_0)). The exact softmax, with the same arithmetic as a full one, is computed only for boxes
+  that pass, and only their boxes are decoded. The detections are the same; it avoids 700k exponentials per image.
+- IoU for NMS is computed in float64 from the float32 boxes (the reference: float32), and two zero-area boxes have
+  IoU 0 here where the reference's 0/0 gives NaN (which suppresses). Neither matters for boxes decoded from finite
+  offsets (positive areas; an IoU within float32 rounding of 0.5 is the only case the precision can change).
+- Ties in score are broken by default-box index (a stable sort); torch's sort leaves their order unspecified.
+- An image with no detection yields no rows (the reference's torch.cat of nothing raised, and it skipped the batch
+  or image with a message). Detections are returned highest score first (the reference: ascending); COCOeval sorts
+  by score itself.
+- Rows are float64 (the reference casts to float32, which rounds pixel coordinates of large images by ~1e-5 px).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+from typing import Callable, Sequence
+
+import numpy as np
+
+from mlperf_keras.inputs import default_boxes
+
+STAT_NAMES = ("AP", "AP50", "AP75", "AP_small", "AP_medium", "AP_large",
+              "AR1", "AR10", "AR100", "AR_small", "AR_medium", "AR_large")
+ROW_COLUMNS = 7  # image_id, x, y, w, h, score, category_id
+
+
+def _data_error(message):
+    from mlperf_keras.inputs.manifest import DataError
+
+    return DataError(message)
+
+
+def _softmax_rows(logits: np.ndarray) -> np.ndarray:
+    """float32 softmax over the last axis, max-subtracted like torch's F.softmax."""
+    x = np.asarray(logits, np.float32)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
+
+
+def _self_iou(boxes_ltrb: np.ndarray) -> np.ndarray:
+    """default_boxes.iou_matrix(b, b) with fewer temporaries: NMS calls it for every class of every image."""
+    left, top, right, bottom = np.asarray(boxes_ltrb, np.float64).T
+    area = (right - left) * (bottom - top)
+    width = np.minimum(right[:, None], right) - np.maximum(left[:, None], left)
+    height = np.minimum(bottom[:, None], bottom) - np.maximum(top[:, None], top)
+    inter = np.maximum(width, 0.0) * np.maximum(height, 0.0)
+    union = area[:, None] + area - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def nms(boxes_ltrb: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """Greedy NMS of boxes already sorted by descending score -> indices kept, in that order.
+
+    As the reference: take the best remaining box, drop every remaining box whose IoU with it is >= the threshold
+    (it keeps `iou < criteria`), repeat. The IoU matrix of the candidates (at most max_candidates) is computed once.
+    """
+    count = len(boxes_ltrb)
+    if count <= 1:
+        return np.arange(count)
+    suppresses = _self_iou(boxes_ltrb) >= iou_threshold
+    alive = np.ones(count, bool)
+    keep = []
+    i = 0
+    while True:
+        keep.append(i)
+        alive &= ~suppresses[i]
+        alive[i] = False
+        if not alive.any():
+            return np.asarray(keep)
+        i = int(np.argmax(alive))  # the best-scoring box still alive
+
+
+def postprocess(loc, logits, dboxes_xywh, score_threshold: float = 0.05, nms_iou: float = 0.5,
+                max_candidates: int = 200, max_detections: int = 200) -> list:
+    """SSD outputs of a batch -> per image (boxes ltrb [k, 4] float32 normalised, scores [k] float32, labels [k]
+    int32 contiguous 1..C-1), highest score first; the reference's decode_batch (see the module docstring).
+
+    loc: [N, D, 4] offsets; logits: [N, D, C] with class 0 background; dboxes_xywh: the [D, 4] default boxes.
+    """
+    loc, logits = np.asarray(loc), np.asarray(logits, np.float32)
+    dboxes_xywh = np.asarray(dboxes_xywh)
+    if logits.ndim != 3 or loc.shape != logits.shape[:2] + (4,) or dboxes_xywh.shape != (logits.shape[1], 4):
+        raise ValueError(f"postprocess expects loc [N, D, 4], logits [N, D, C] and default boxes [D, 4]; got "
+                         f"{loc.shape}, {logits.shape} and {dboxes_xywh.shape}")
+    if not 0.0 < score_threshold < 1.0:
+        raise ValueError(f"score_threshold must be in (0, 1), got {score_threshold}")
+    num_images, num_classes = logits.shape[0], logits.shape[2]
+    empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32))
+    if num_images == 0:
+        return []
+
+    # Necessary condition (see the module docstring): the best foreground logit must beat the background's by
+    # logit(threshold); the margin covers float32 rounding. Only the boxes passing it get the exact softmax.
+    # (1e-6 |x_0| is float32's rounding of x_0 + bound, far above any real logit's.)
+    background = logits[..., :1]
+    bound = background + np.float32(math.log(score_threshold / (1.0 - score_threshold)) - 1e-3)
+    bound -= np.float32(1e-6) * np.abs(background)
+    may_pass = (logits[..., 1:] > bound).any(axis=-1)                                  # [N, D]
+    rows = np.flatnonzero(may_pass)                                                    # image * D + box
+    probs = _softmax_rows(logits.reshape(-1, num_classes)[rows])                       # as a full softmax would
+    row, cls = np.nonzero(probs[:, 1:] > score_threshold)
+    if len(row) == 0:
+        return [empty] * num_images
+    img, box = np.divmod(rows[row], logits.shape[1])
+    label, scores = cls + 1, probs[row, cls + 1]
+
+    # Group by (image, class), each group by descending score (stable: ties by default-box index).
+    group = img * num_classes + label
+    order = np.lexsort((-scores, group))
+    img, box, label, scores, group = img[order], box[order], label[order], scores[order], group[order]
+    boxes = default_boxes.decode(loc[img, box], dboxes_xywh[box])
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    ends = np.r_[starts[1:], len(group)]
+    kept = []
+    for start, end in zip(starts, ends):
+        end = min(end, start + max_candidates)
+        kept.append(start + nms(boxes[start:end], nms_iou))
+    kept = np.concatenate(kept)
+    img, label, scores, boxes = img[kept], label[kept], scores[kept], boxes[kept]
+
+    # Per image, the max_detections best over all classes.
+    order = np.lexsort((-scores, img))
+    img, label, scores, boxes = img[order], label[order], scores[order], boxes[order]
+    first = np.searchsorted(img, np.arange(num_images))
+    rank = np.arange(len(img)) - first[img]
+    cut = rank < max_detections
+    img, label, scores, boxes = img[cut], label[cut], scores[cut], boxes[cut]
+    bounds = np.searchsorted(img, np.arange(num_images + 1))
+    return [(boxes[lo:hi].astype(np.float32), scores[lo:hi].astype(np.float32), label[lo:hi].astype(np.int32))
+            for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def label_to_category_table(categories: Sequence[dict]) -> np.ndarray:
+    """The manifest's [{"id", "name", "label"}, ...] -> table[label] = COCO category id (-1 where unmapped)."""
+    try:
+        labels = [int(c["label"]) for c in categories]
+        ids = [int(c["id"]) for c in categories]
+    except (KeyError, TypeError, ValueError) as e:
+        raise _data_error(f"categories must be a list of {{'id', 'name', 'label'}} ({e!r})") from None
+    if not labels or len(set(labels)) != len(labels) or len(set(ids)) != len(ids) or min(labels) < 1:
+        raise _data_error(f"categories must map distinct labels >= 1 to distinct COCO ids; got labels {labels} "
+                          f"for ids {ids}")
+    table = np.full(max(labels) + 1, -1, np.int64)
+    table[labels] = ids
+    return table
+
+
+def detection_rows(image_ids, heights, widths, detections: Sequence, label_to_category: np.ndarray) -> np.ndarray:
+    """Per-image detections (postprocess's output) -> COCO result rows [K, 7] float64 in original-image pixels:
+    [image_id, x, y, w, h, score, category_id]. Images with id < 0 (batch padding) give no rows."""
+    out = []
+    for image_id, height, width, (boxes, scores, labels) in zip(image_ids, heights, widths, detections):
+        if image_id < 0 or len(scores) == 0:
+            continue
+        if labels.max() >= len(label_to_category) or (label_to_category[labels] < 0).any():
+            raise _data_error(f"detections of labels {sorted(set(labels.tolist()))} but the categories map only "
+                              f"labels {np.flatnonzero(label_to_category >= 0).tolist()}: the model's class count "
+                              f"does not match the dataset's")
+        b = boxes.astype(np.float64)
+        out.append(np.stack([np.full(len(scores), float(image_id)), b[:, 0] * width, b[:, 1] * height,
+                             (b[:, 2] - b[:, 0]) * width, (b[:, 3] - b[:, 1]) * height,
+                             scores.astype(np.float64), label_to_category[labels].astype(np.float64)], axis=1))
+    return np.concatenate(out) if out else np.zeros((0, ROW_COLUMNS))
+
+
+def load_ground_truth(annotation_file: str):
+    """A pycocotools COCO index of an annotation JSON (its prints silenced); DataError naming the file if bad."""
+    from pycocotools.coco import COCO
+
+    if not os.path.isfile(annotation_file):
+        raise _data_error(f"{annotation_file}: missing (the COCO annotation file the evaluator scores against)")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return COCO(annotation_file)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:  # json errors are ValueErrors
+        raise _data_error(f"{annotation_file}: not a COCO annotation file ({e!r})") from None
+
+
+def evaluate_detections(annotation_file, rows, log: Callable[[str], None] | None = None) -> np.ndarray:
+    """COCOeval(iouType="bbox") of result rows [K, 7] -> its 12 summary numbers (stats[0] is AP@[.5:.95]).
+
+    annotation_file: a path, or a COCO index from load_ground_truth (to load a large file once). pycocotools'
+    prints are captured; `log`, if given, receives the 12 summary lines.
+    """
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    is_path = isinstance(annotation_file, (str, os.PathLike))
+    gt = load_ground_truth(annotation_file) if is_path else annotation_file
+    name = str(annotation_file) if is_path else "the annotation file"
+    rows = np.asarray(rows, np.float64)
+    if rows.size == 0:
+        rows = rows.reshape(0, ROW_COLUMNS)
+    if rows.ndim != 2 or rows.shape[1] != ROW_COLUMNS:
+        raise ValueError(f"detection rows must be [K, {ROW_COLUMNS}], got {rows.shape}")
+    unknown_images = set(rows[:, 0].astype(np.int64).tolist()) - set(gt.getImgIds())
+    unknown_categories = set(rows[:, 6].astype(np.int64).tolist()) - set(gt.getCatIds())
+    if unknown_images or unknown_categories:
+        raise _data_error(f"{name}: detections name image ids {sorted(unknown_images)[:10]} and category ids "
+                          f"{sorted(unknown_categories)[:10]} that the annotation file does not have")
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        if len(rows):
+            dt = gt.loadRes(rows)
+        else:  # loadRes cannot take zero results; an empty result set scores 0
+            dt = COCO()
+            dt.dataset = {"images": list(gt.dataset["images"]), "categories": list(gt.dataset["categories"]),
+                          "annotations": []}
+            dt.createIndex()
+        evaluation = COCOeval(gt, dt, iouType="bbox")
+        evaluation.evaluate()
+        evaluation.accumulate()
+        summary = io.StringIO()
+        with contextlib.redirect_stdout(summary):
+            evaluation.summarize()
+    if log is not None:
+        for line in summary.getvalue().splitlines():
+            log(line)
+    return np.asarray(evaluation.stats, np.float64)
+
+
+class CocoDetectionMetric:
+    """COCO box AP@[.5:.95] over the whole eval set, each worker feeding its share of images.
+
+    add_batch() post-processes a batch and keeps its result rows; result() gathers every worker's rows and image
+    ids, checks that exactly `expected_images` distinct images were evaluated (each once, every id in the
+    annotation file), scores once on the chief and returns the AP on every worker. self.stats holds the 12 summary
+    numbers (STAT_NAMES) of the last result(), self.rows_evaluated its detection count. reset() starts a new
+    evaluation.
+    """
+
+    def __init__(self, annotation_file: str, categories: Sequence[dict], dist, expected_images: int,
+                 log: Callable[[str], None] | None = None, dboxes_xywh: np.ndarray | None = None, **postprocess_args):
+        self.annotation_file, self.dist, self.expected_images, self.log = annotation_file, dist, expected_images, log
+        self.label_to_category = label_to_category_table(categories)
+        self.dboxes_xywh = default_boxes.default_boxes() if dboxes_xywh is None else np.asarray(dboxes_xywh)
+        self.postprocess_args = postprocess_args
+        # Only the chief scores; loading val2017's annotations takes seconds, so once, and early (bad file: now).
+        self._ground_truth = load_ground_truth(annotation_file) if dist.is_chief else None
+        self.stats, self.rows_evaluated = np.zeros(len(STAT_NAMES)), 0
+        self.reset()
+
+    def reset(self):
+        self._rows, self._image_ids = [], []
+
+    def add_batch(self, image_ids, heights, widths, loc, logits):
+        """One eval batch: COCO image ids (-1 for padding), original heights and widths, the model's outputs."""
+        image_ids = np.asarray(image_ids, np.int64).reshape(-1)
+        real = image_ids >= 0
+        if not real.any():
+            return
+        loc, logits = np.asarray(loc)[real], np.asarray(logits)[real]
+        ids = image_ids[real]
+        heights, widths = np.asarray(heights).reshape(-1)[real], np.asarray(widths).reshape(-1)[real]
+        num_classes = logits.shape[-1]
+        if num_classes != len(self.label_to_category) or (self.label_to_category[1:] < 0).any():
+            raise _data_error(f"the model predicts {num_classes - 1} classes, the dataset's categories map labels "
+                              f"{np.flatnonzero(self.label_to_category >= 0).tolist()}")
+        detections = postprocess(loc, logits, self.dboxes_xywh, **self.postprocess_args)
+        self._rows.append(detection_rows(ids, heights, widths, detections, self.label_to_category))
+        self._image_ids.append(ids)
+
+    def result(self) -> float:
+        """AP@[.5:.95] over every worker's images (a collective: every worker must call it)."""
+        rows = self.dist.gather_rows(np.concatenate(self._rows) if self._rows else np.zeros((0, ROW_COLUMNS)))
+        image_ids = self.dist.gather_rows(np.concatenate(self._image_ids) if self._image_ids
+                                          else np.zeros(0, np.int64))
+        self.rows_evaluated = len(rows)
+        # Same gathered ids on every worker, so every worker raises together.
+        distinct = np.unique(image_ids)
+        if len(distinct) != len(image_ids):
+            values, counts = np.unique(image_ids, return_counts=True)
+            raise _data_error(f"{len(image_ids) - len(distinct)} evaluations of images already evaluated (ids "
+                              f"{values[counts > 1][:10].tolist()}...): the eval shards overlap")
+        if len(distinct) != self.expected_images:
+            raise _data_error(f"evaluated {len(distinct)} validation images, {self.expected_images} were expected: "
+                              f"the workers' eval shards miss some, or the prepared data changed since it was written")
+        shared = np.zeros(len(STAT_NAMES) + 1)
+        failure = None
+        if self.dist.is_chief:
+            try:
+                missing = set(distinct.tolist()) - set(self._ground_truth.getImgIds())
+                if missing:
+                    raise _data_error(f"{self.annotation_file}: has no images with ids {sorted(missing)[:10]} "
+                                      f"that were evaluated: the annotations do not belong to these records")
+                shared[:-1] = evaluate_detections(self._ground_truth, rows, log=self.log)
+            except Exception as e:  # noqa: BLE001 (re-raised below, after the others have been told)
+                failure, shared[-1] = e, 1.0
+        shared = self.dist.sum_across_workers(shared)
+        if failure is not None:
+            raise failure
+        if shared[-1]:
+            raise _data_error(f"the chief failed to evaluate {self.annotation_file} (its error is in its output)")
+        self.stats = shared[:-1]
+        return float(self.stats[0])
+
+
+__all__ = ["CocoDetectionMetric", "STAT_NAMES", "detection_rows", "evaluate_detections", "label_to_category_table",
+           "load_ground_truth", "nms", "postprocess"]
