@@ -1,8 +1,9 @@
 """The manifest that data_prep writes beside every prepared dataset, and that training verifies.
 
-A manifest names the workload it was prepared for, the counts a model needs (users, items, classes...), and every
-data file with its size and sha256. Writing is atomic: files go to a staging folder and are renamed into place,
-the manifest last, so a folder with a manifest is always complete.
+A manifest names the workload it was prepared for (and, for a dataset several workloads share, all of them under
+"workloads"), the counts a model needs (users, items, classes...), and every data file with its size and sha256.
+Writing is atomic: files go to a staging folder and are renamed into place, the manifest last, so a folder with a
+manifest is always complete.
 """
 from __future__ import annotations
 
@@ -45,9 +46,11 @@ def read_manifest(data_dir: str, workload: str) -> dict:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise DataError(f"{path}: format_version {manifest.get('format_version')!r}, this package reads "
                         f"{FORMAT_VERSION}; prepare the data again")
-    if manifest.get("workload") != workload:
-        raise DataError(f"{path}: this folder was prepared for --model={manifest.get('workload')}, "
-                        f"not --model={workload}")
+    # A dataset shared by several workloads (COCO: ssd and maskrcnn) lists them all under "workloads".
+    accepted = manifest.get("workloads") or [manifest.get("workload")]
+    if workload not in accepted:
+        prepared_for = " or ".join(f"--model={name}" for name in accepted)
+        raise DataError(f"{path}: this folder was prepared for {prepared_for}, not --model={workload}")
     return manifest
 
 
