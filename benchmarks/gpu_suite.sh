@@ -15,8 +15,8 @@ export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 # Never use NVLink multicast on shared hosts (the device README's rule).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 STEPS=${STEPS:-30}
-declare -A BATCH=([ncf]=1048576 [resnet]=256 [transformer]=8192)
-MODELS=${MODELS:-"ncf resnet transformer"}
+declare -A BATCH=([ncf]=1048576 [resnet]=256 [ssd]=128 [transformer]=8192)
+MODELS=${MODELS:-"ncf resnet ssd transformer"}
 
 ours() {  # model gpus global_batch tag
   local json="$OUT/$1_$4.json"

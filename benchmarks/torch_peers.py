@@ -4,8 +4,10 @@
 
 Written for the comparison only (not part of the package): NeuMF below is a faithful PyTorch NeuMF of the same
 sizes as ours; ResNet-50 is torchvision's resnet50 (channels_last, bf16 autocast); Transformer big is
-torch.nn.Transformer at the same sizes (--batch_size counts target tokens, 64 per sentence); all steps are
-torch.compile'd.
+torch.nn.Transformer at the same sizes (--batch_size counts target tokens, 64 per sentence); SSD300 is the MLPerf
+reference's SSD-ResNet34 (ssd300.py and base_model.py's Loss, rewritten here: torchvision's resnet34 to layer3
+with layer3's stride removed, the extra layers, 3x3 heads, smooth L1 + hard-negative-mined cross-entropy); all steps
+are torch.compile'd.
 Prints one JSON line: samples/s with the same back-to-back timing as mlperf_keras.benchmark's "bare".
 """
 from __future__ import annotations
@@ -116,7 +118,81 @@ def transformer_setup(batch_tokens, seq_len=64):
     return step
 
 
-PEERS = {"ncf": ncf_setup, "resnet": resnet_setup, "transformer": transformer_setup}
+class SSD300(nn.Module):
+    """The MLPerf SSD-ResNet34 (reference ssd300.py, v0.6+: extra blocks with batch norm and bias-free convolutions),
+    with the reference's attribute names: 8,732 boxes, heads viewed as (N, 4 / classes, boxes). rn34: a torchvision
+    ResNet-34 (or one with its module names) to take the backbone from; default a fresh torchvision one."""
+
+    def __init__(self, label_num=81, boxes_per_cell=(4, 6, 6, 6, 4, 4), rn34=None):
+        super().__init__()
+        if rn34 is None:
+            import torchvision
+
+            rn34 = torchvision.models.resnet34()
+        rn34.layer3[0].conv1.stride, rn34.layer3[0].downsample[0].stride = (1, 1), (1, 1)
+        self.model = nn.Sequential(*list(rn34.children())[:7])  # conv1 ... layer3
+        out_chan, mid_chan = (256, 512, 512, 256, 256, 256), (256, 256, 128, 128, 128)
+        self.additional_blocks = nn.ModuleList()
+        for i, (cin, cout, mid) in enumerate(zip(out_chan[:-1], out_chan[1:], mid_chan)):
+            stride, pad = (2, 1) if i < 3 else (1, 0)
+            self.additional_blocks.append(nn.Sequential(
+                nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
+                nn.Conv2d(mid, cout, 3, padding=pad, stride=stride, bias=False), nn.BatchNorm2d(cout),
+                nn.ReLU(inplace=True)))
+        self.label_num = label_num
+        self.loc = nn.ModuleList(nn.Conv2d(c, n * 4, 3, padding=1) for n, c in zip(boxes_per_cell, out_chan))
+        self.conf = nn.ModuleList(nn.Conv2d(c, n * label_num, 3, padding=1) for n, c in zip(boxes_per_cell, out_chan))
+        for layer in [*self.additional_blocks, *self.loc, *self.conf]:
+            for p in layer.parameters():
+                if p.dim() > 1:
+                    nn.init.xavier_uniform_(p)
+
+    def forward(self, x):
+        features = [self.model(x)]
+        for block in self.additional_blocks:
+            features.append(block(features[-1]))
+        n = x.shape[0]
+        locs = torch.cat([loc(f).reshape(n, 4, -1) for f, loc in zip(features, self.loc)], 2)
+        confs = torch.cat([conf(f).reshape(n, self.label_num, -1) for f, conf in zip(features, self.conf)], 2)
+        return locs, confs
+
+
+def ssd_loss(ploc, plabel, gloc, glabel):
+    """The reference base_model.Loss on already-encoded targets: smooth L1 + 3:1 hard-negative-mined cross-entropy."""
+    mask = glabel > 0
+    pos_num = mask.sum(dim=1)
+    sl1 = (nn.functional.smooth_l1_loss(ploc, gloc, reduction="none").sum(dim=1) * mask).sum(dim=1)
+    con = nn.functional.cross_entropy(plabel, glabel, reduction="none")
+    con_neg = con.clone()
+    con_neg[mask] = 0
+    _, con_idx = con_neg.sort(dim=1, descending=True)
+    _, con_rank = con_idx.sort(dim=1)
+    neg_mask = con_rank < torch.clamp(3 * pos_num, max=mask.size(1)).unsqueeze(-1)
+    closs = (con * (mask.float() + neg_mask.float())).sum(dim=1)
+    num_mask = (pos_num > 0).float()
+    return ((sl1 + closs) * num_mask / pos_num.float().clamp(min=1e-6)).mean(dim=0)
+
+
+def ssd_setup(batch):
+    model = SSD300().cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=2.5e-3 * batch / 32, momentum=0.9, weight_decay=5e-4)
+    x = torch.randn(batch, 3, 300, 300, device="cuda").to(memory_format=torch.channels_last)
+    positive = torch.rand(batch, 8732, device="cuda") < 0.01  # about 1% positive boxes, as on COCO
+    glabel = torch.where(positive, torch.randint(1, 81, (batch, 8732), device="cuda"), 0)
+    gloc = torch.randn(batch, 4, 8732, device="cuda") * positive.unsqueeze(1)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            ploc, plabel = model(x)
+        loss = ssd_loss(ploc.float(), plabel.float(), gloc, glabel)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+PEERS = {"ncf": ncf_setup, "resnet": resnet_setup, "ssd": ssd_setup, "transformer": transformer_setup}
 
 
 def main():

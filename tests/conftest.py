@@ -42,7 +42,7 @@ def train_values(**overrides):
               ("model", "data_dir", "output_dir", "seed", "ruleset", "precision", "batch_size",
                "batch_per_accelerator", "max_epochs", "hparams", "synthetic", "dry_run", "jit_compile",
                "platform", "org", "division", "status", "peak_tflops", "eval_offset", "progress_seconds",
-               "cache_dir")}
+               "cache_dir", "backbone_weights")}
     values.update(overrides)
     return types.SimpleNamespace(**values)
 

@@ -10,6 +10,10 @@ As the MLPerf reference (mlcommons/training image_classification/tensorflow/offi
   residual"), which the reference does not do (off by default);
 - the stem is a 7x7/2 convolution, batch norm, ReLU and a 3x3/2 max pool ("same" padding), stages of blocks with
   strides 1, 2, 2, 2, and a projection shortcut (1x1 convolution + batch norm) on the first block of each stage.
+  torchvision's ResNet (the SSD reference's backbone) differs only in that pool: nn.MaxPool2d(3, 2, padding=1) pads
+  one pixel on both sides where "same" pads 0 before and 1 after on an even size, so its windows sit one pixel
+  earlier; `pool_padding="symmetric"` pools like torchvision (every other padding already agrees: fixed padding
+  k // 2 on both sides for odd k is torch's padding=k // 2, and "same" at stride 1 pads 1 on both sides for 3x3).
 
 ResNet-50 (bottleneck blocks 3-4-6-3, width 64) with a 1000-way dense head has 25,557,032 trainable parameters.
 SSD (ResNet-34: basic blocks 3-4-6-3) and Mask R-CNN (ResNet-50 stages as FPN inputs) build on `backbone()`.
@@ -78,8 +82,20 @@ def basic_block(x, filters: int, strides: int, name: str, options: BlockOptions,
     return layers.ReLU(name=f"{name}_out")(layers.Add(name=f"{name}_add")([y, shortcut]))
 
 
-def stem(x, width: int, options: BlockOptions):
+POOL_PADDINGS = ("same", "symmetric")
+
+
+def stem(x, width: int, options: BlockOptions, pool_padding: str = "same"):
+    """7x7/2 convolution, batch norm, ReLU, 3x3/2 max pool; pool_padding "same" (TF reference) or "symmetric"
+    (torchvision: one pixel on both sides)."""
+    if pool_padding not in POOL_PADDINGS:
+        raise ValueError(f"pool_padding must be one of {POOL_PADDINGS}, not {pool_padding!r}")
     x = conv_bn(x, width, 7, 2, "stem", options)
+    if pool_padding == "symmetric":
+        # torch pads a max pool with -inf; after the ReLU every value is >= 0 and every window holds a real pixel,
+        # so zero padding gives the same maximum.
+        x = layers.ZeroPadding2D(1, name="stem_pool_pad")(x)
+        return layers.MaxPooling2D(3, strides=2, padding="valid", name="stem_pool")(x)
     return layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
 
 
@@ -94,9 +110,9 @@ def stage(x, block, filters: int, blocks: int, strides: int, name: str, options:
 
 
 def backbone(x, block_sizes=(3, 4, 6, 3), bottleneck: bool = True, width: int = 64,
-             strides=(1, 2, 2, 2), options: BlockOptions = BlockOptions()) -> list:
+             strides=(1, 2, 2, 2), options: BlockOptions = BlockOptions(), pool_padding: str = "same") -> list:
     """The stem and the stages on x; returns each stage's output (strides 4, 8, 16, 32 with the default strides)."""
-    x = stem(x, width, options)
+    x = stem(x, width, options, pool_padding)
     block = bottleneck_block if bottleneck else basic_block
     outputs = []
     for i, (blocks, stride) in enumerate(zip(block_sizes, strides)):
@@ -143,5 +159,5 @@ def classifier(image_size: int, num_classes: int, block_sizes=(3, 4, 6, 3), bott
     return keras.Model(images, logits, name=name)
 
 
-__all__ = ["BlockOptions", "RESNET_BLOCKS", "Normalize", "backbone", "basic_block", "batch_norm", "bottleneck_block",
-           "classifier", "conv", "conv_bn", "stage", "stem"]
+__all__ = ["BlockOptions", "POOL_PADDINGS", "RESNET_BLOCKS", "Normalize", "backbone", "basic_block", "batch_norm",
+           "bottleneck_block", "classifier", "conv", "conv_bn", "stage", "stem"]

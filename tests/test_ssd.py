@@ -1,0 +1,142 @@
+"""SSD-ResNet34: the workload's reference settings, the dry run, short CPU runs on data_prep.coco output, the official
+1.0.0 checker, a two-worker run and an overfitting run."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import yaml
+from mlperf_logging.compliance_checker import mlp_compliance
+
+from data_prep import coco, demo_coco
+from mlperf_keras import distribute, loop
+from mlperf_keras.config import ConfigError
+from mlperf_keras.workloads import ssd as ssd_workload
+from tests.conftest import run_cli, train_values
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("coco_data")
+    demo_coco.write_raw(str(root / "raw"), num_train=24, num_val=8, seed=5)
+    coco.prepare(str(root / "raw"), str(root / "out"), train_shards=2, val_shards=2, num_workers=0,
+                 log=lambda _: None)
+    return str(root / "out")
+
+
+def resolve(**flags):
+    from mlperf_keras import train as train_cli
+
+    values = train_values(model="ssd", seed=flags.pop("seed", 3), **flags)
+    dist = distribute.create("tensorflow")
+    workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
+    return workload, manifest, config, dist
+
+
+def read_events(path):
+    return [json.loads(line[len(":::MLLOG "):]) for line in open(path) if line.startswith(":::MLLOG ")]
+
+
+def checker_messages(log_path):
+    """The official checker, training ruleset 1.0.0 (the newest that knows SSD-ResNet34): (valid, messages)."""
+    checker = mlp_compliance.make_checker("training", "1.0.0", quiet=True, werror=False)
+    valid, _, _, _ = mlp_compliance.main(log_path, "training_1.0.0/common.yaml", checker)
+    return valid, [str(m) for m in [*checker.warnings.values(), *checker.overwritable.values(),
+                                    *checker.not_overwritable]]
+
+
+# ---- settings ----
+
+def test_dry_run_prints_parameters_and_default_boxes():
+    proc = run_cli("mlperf_keras.train", "--model=ssd", "--dry_run", "--seed=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "default boxes: 8732 on feature maps 38, 19, 10, 5, 3, 1 with 4, 6, 6, 6, 4, 4 boxes per cell" in proc.stdout
+    assert "parameters: 19975222" in proc.stdout  # tests/test_ssd_model.py derives it from the reference's layers
+    assert "steps per epoch: 3665" in proc.stdout  # ceil(117,266 / 32)
+
+
+def test_eval_epochs_per_ruleset():
+    assert ssd_workload.v05_eval_epochs(117_266) == (33, 44, 50, 55, 61, 66)
+    for ruleset, expected in (("0.5", [33, 44, 50, 55, 61, 66]), ("0.7", [40, 50, 55, 60, 65, 70, 75, 80])):
+        workload, _, config, _ = resolve(ruleset=ruleset, dry_run=True)
+        assert [e + 1 for e in range(80) if workload.eval_due(e, config)] == expected
+
+
+def test_schedule_follows_the_reference():
+    """LR 2.5e-3 per 32 images, linear warmup from 0, x0.1 from the first step of epochs 40 and 50."""
+    from mlperf_keras import optimizers
+
+    workload, _, config, _ = resolve(dry_run=True, batch_size=128, hparams="warmup_epochs=2")
+    s = workload._schedule(config, steps_per_epoch=10)
+    assert s["initial"] == pytest.approx(0.01) and s["warmup_steps"] == 20
+    schedule = optimizers.StepWithWarmup(s["initial"], s["warmup_steps"], s["boundaries"], s["rates"])
+    lr = {step: float(schedule(step)) for step in (0, 10, 20, 399, 400, 499, 500)}
+    assert lr[0] == 0 and lr[10] == pytest.approx(0.005) and lr[20] == pytest.approx(0.01)
+    assert lr[399] == pytest.approx(0.01) and lr[400] == pytest.approx(0.001)
+    assert lr[499] == pytest.approx(0.001) and lr[500] == pytest.approx(1e-4)
+
+
+def test_logged_keys_cover_the_official_ssd_rules():
+    folder = os.path.dirname(mlp_compliance.__file__)
+    rules = yaml.safe_load(open(os.path.join(folder, "training_1.0.0", "closed_ssd.yaml")))
+    required = {r["KEY"]["NAME"] for r in rules if "KEY" in r} - {"global_batch_size", "eval_accuracy"}
+    workload, _, config, _ = resolve(dry_run=True)
+    keys = workload.mllog_hparams(config)
+    assert required <= set(keys), required - set(keys)
+    assert keys["max_samples"] == 1 and keys["opt_weight_decay"] == 5e-4
+    assert keys["opt_learning_rate_decay_boundary_epochs"] == [40, 50] and keys["model_bn_span"] == 32
+
+
+@pytest.mark.parametrize("hparams, message", [
+    ("max_samples=10", "max_samples=10: the MLPerf rules allow 1 or 50"),
+    ("warmup_epochs=0", "warmup_epochs must be positive"),
+])
+def test_bad_hyperparameters_are_refused(hparams, message):
+    workload, _, config, _ = resolve(dry_run=True, hparams=hparams)
+    with pytest.raises(ConfigError, match=message):
+        workload.build_model(config)
+
+
+def test_backbone_weights_flag_errors(tmp_path):
+    proc = run_cli("mlperf_keras.train", "--model=ncf", "--dry_run", f"--backbone_weights={tmp_path}/x.npz")
+    assert proc.returncode == 2 and "--model=ncf trains from scratch" in proc.stderr
+    proc = run_cli("mlperf_keras.train", "--model=ssd", "--dry_run", f"--backbone_weights={tmp_path}/missing.npz")
+    assert proc.returncode == 2 and "missing.npz: no such file" in proc.stderr
+
+
+def test_backbone_weights_are_loaded(tmp_path):
+    """A backbone saved from one model starts another (the path --backbone_weights takes)."""
+    from mlperf_keras.layers import ssd
+
+    workload, _, config, _ = resolve(dry_run=True)
+    source = workload.build_model(config)
+    path = str(tmp_path / "backbone.npz")
+    saved = ssd.save_backbone_weights(source, path)
+    workload, _, config, _ = resolve(dry_run=True, backbone_weights=path, seed=9)
+    target = workload.build_model(config)
+    for name, variable in ssd.backbone_variables(target).items():
+        np.testing.assert_array_equal(np.asarray(variable), np.asarray(ssd.backbone_variables(source)[name]))
+    assert saved == len(ssd.backbone_variables(target))
+
+
+# ---- short runs on prepared data ----
+
+def test_short_run_passes_every_checker_rule_but_the_target(prepared, tmp_path):
+    """v0.7, 1 epoch on the generated COCO sample, evaluated with pycocotools: the official 1.0.0 checker fails exactly
+    one rule, the quality target (mAP 0.23)."""
+    workload, manifest, config, dist = resolve(data_dir=prepared, output_dir=str(tmp_path), ruleset="0.7",
+                                               max_epochs=1, batch_size=4, jit_compile=False,
+                                               hparams="eval_epochs=1,shuffle_buffer=16")
+    result = loop.run(config, workload, dist, manifest)
+    assert result.status == "aborted" and result.epochs == 1 and 0 <= result.quality <= 1
+    events = read_events(result.log_path)
+    values = {e["key"]: e["value"] for e in events}
+    counts = manifest["counts"]
+    assert values["train_samples"] == counts["train_images_annotated"]
+    assert values["eval_samples"] == counts["val_images_annotated"]
+    assert np.isfinite(next(e["value"]["loss"] for e in events if e["key"] == "tracked_stats"))
+    valid, messages = checker_messages(result.log_path)
+    assert not valid and len(messages) == 1, messages
+    assert "eval_accuracy" in messages[0], messages
