@@ -53,7 +53,7 @@ class SSD(Workload):
     default_max_epochs = 80
     uses_backbone_weights = True
     demo_target = 0.2
-    demo_hparams = {"batch_size": 16, "eval_epochs": (4, 8, 12, 16, 20, 24, 28, 32, 36, 40),
+    demo_hparams = {"width": 8, "batch_size": 16, "eval_epochs": (4, 8, 12, 16, 20, 24, 28, 32, 36, 40),
                     "warmup_epochs": 1.0, "decay_epochs": (30, 36), "learning_rate": 2.5e-2,
                     "shuffle_buffer": 256}
 
