@@ -378,3 +378,236 @@ def test_two_horovod_workers_give_the_ap_of_one_worker_seeing_everything(annotat
     assert two["gathered"] == other["gathered"] == [[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 2.0]]
     assert two["gathered_empty_rank1"] == other["gathered_empty_rank1"] == [[0, 0], [0, 1]]
     assert two["rows"] == one["rows"] and two["rows"] > 0
+
+
+# --- the evaluator backends: faster-coco-eval gives pycocotools' numbers ---------------------------------------------
+
+needs_faster_coco_eval = pytest.mark.skipif(not coco._faster_coco_eval_installed(),
+                                            reason="faster-coco-eval not installed")
+# val2017's 80 category ids: 1..90 without the 10 that the 2014 paper's list has and the 2017 annotations do not.
+COCO_CATEGORY_IDS = np.asarray([i for i in range(1, 91) if i not in {12, 26, 29, 30, 45, 66, 68, 69, 71, 83}])
+IMAGE_SHAPES = np.asarray([(640, 480), (640, 427), (480, 640), (640, 425), (500, 375), (427, 640), (640, 360),
+                           (612, 612)])
+
+
+def _random_boxes(rng, count, width, height, median_side, spread):
+    """[count, 4] [x, y, w, h] inside the image, log-normal sides, aspect ratios around 1, 2 decimals as COCO's."""
+    side = np.exp(rng.normal(np.log(median_side), spread, count))
+    aspect = np.exp(rng.normal(0.0, 0.5, count))
+    w = np.clip(side * np.sqrt(aspect), 1.0, width)
+    h = np.clip(side / np.sqrt(aspect), 1.0, height)
+    return np.round(np.stack([rng.uniform(0, width - w), rng.uniform(0, height - h), w, h], 1), 2)
+
+
+def synthetic_coco(seed, num_images, objects_per_image=7.3, detections_per_image=70.0, empty_fraction=0.01,
+                   crowd_fraction=0.01, crowded_fraction=0.1, tie_fraction=0.1):
+    """A val2017-like COCO instances dict and result rows [K, 7] for it -> (dataset, rows).
+
+    Like val2017 (4,952 of whose 5,000 images have objects, 36,781 objects, ~1% crowd, 41/34/24% small/medium/large):
+    images of COCO's sizes with random ids in shuffled order, 1 + negative-binomial objects (mean objects_per_image,
+    a long tail), empty_fraction without any, a long-tailed class distribution over the 80 real category ids (with
+    their gaps), log-normal box sizes, `area` below the box's (as a polygon's is), crowd_fraction crowd regions.
+    Detections: 0-3 jittered copies of 85% of the objects (crowd ones too; 15% with another class), then low-scored
+    clutter up to a Poisson count (mean detections_per_image); crowded_fraction of the images get 150-230 (more
+    than maxDets=100), cut to the reference's 200 best; clutter also on images without objects; boxes not clipped;
+    float32 scores (as SSD's), tie_fraction of them rounded to 2 decimals so that ties occur within and across images.
+    """
+    rng = np.random.default_rng(seed)
+    cumulative = np.cumsum(1.0 / np.arange(1, 81) ** 1.1)  # the first class (person) ~20% of the objects
+
+    def classes(count):
+        return COCO_CATEGORY_IDS[np.searchsorted(cumulative / cumulative[-1], rng.random(count))]
+
+    images, annotations, rows = [], [], []
+    for image_id in rng.choice(600_000, num_images, replace=False).tolist():
+        width, height = IMAGE_SHAPES[rng.integers(len(IMAGE_SHAPES))].tolist()
+        images.append({"id": image_id, "width": width, "height": height, "file_name": f"{image_id:012d}.jpg"})
+        count = 0 if rng.random() < empty_fraction else 1 + min(
+            int(rng.negative_binomial(1.2, 1.2 / (objects_per_image + 0.2))), 80)
+        crowd = rng.random(count) < crowd_fraction
+        boxes = np.where(crowd[:, None], _random_boxes(rng, count, width, height, 150.0, 0.6),
+                         _random_boxes(rng, count, width, height, 48.0, 1.1))
+        labels = classes(count)
+        areas = np.round(boxes[:, 2] * boxes[:, 3] * rng.uniform(0.4, 0.95, count), 3)
+        for (x, y, w, h), label, is_crowd, area in zip(boxes.tolist(), labels.tolist(), crowd.tolist(),
+                                                       areas.tolist()):
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": label,
+                                "bbox": [x, y, w, h], "iscrowd": int(is_crowd), "area": area,
+                                "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]]})
+        copies = np.where(rng.random(count) < 0.85, 1 + rng.poisson(1.2, count), 0)
+        source = np.repeat(np.arange(count), copies)
+        jitter = rng.normal(0.0, 0.08, (len(source), 4))
+        b = boxes[source]
+        hits = np.stack([b[:, 0] + jitter[:, 0] * b[:, 2], b[:, 1] + jitter[:, 1] * b[:, 3],
+                         b[:, 2] * np.exp(jitter[:, 2]), b[:, 3] * np.exp(jitter[:, 3])], 1)
+        hit_labels = np.where(rng.random(len(source)) < 0.85, labels[source], classes(len(source)))
+        if rng.random() < crowded_fraction:
+            target = int(rng.integers(150, 230))
+        else:
+            target = int(rng.poisson(0.85 * detections_per_image))
+        clutter = max(target - len(source), 0)
+        det_boxes = np.concatenate([hits, _random_boxes(rng, clutter, width, height, 50.0, 1.0) * [1, 1, 1.2, 1]])
+        det_labels = np.concatenate([hit_labels, classes(clutter)])
+        scores = np.concatenate([rng.beta(4, 2, len(source)), rng.beta(1, 8, clutter)])
+        scores = np.where(rng.random(len(scores)) < tie_fraction, np.round(scores, 2), scores)
+        scores = np.maximum(scores, 0.05).astype(np.float32)
+        keep = np.argsort(-scores, kind="stable")[:200]
+        rows.append(np.column_stack([np.full(len(keep), image_id), det_boxes[keep], scores[keep],
+                                     det_labels[keep]]))
+    order = rng.permutation(len(images))
+    dataset = {"info": {"description": "synthetic val2017-like"}, "licenses": [],
+               "categories": [{"id": int(c), "name": f"class{c}", "supercategory": "thing"}
+                              for c in COCO_CATEGORY_IDS],
+               "images": [images[i] for i in order], "annotations": annotations}
+    return dataset, np.concatenate(rows).astype(np.float64)
+
+
+def _evaluations(annotation_file, rows):
+    """Both backends' COCOeval objects and summary lines for the same rows."""
+    out = {}
+    for backend in coco.BACKENDS:
+        gt = coco.load_ground_truth(annotation_file, backend)
+        out[backend] = coco._run_cocoeval(gt, np.asarray(rows, np.float64), backend)
+    return out["pycocotools"], out["faster_coco_eval"]
+
+
+def assert_backends_agree(annotation_file, rows):
+    """The 12 numbers to 1e-12 (in fact 1e-15) and the same summary lines; recall and score arrays bit-identical;
+    precision bit-identical except where pycocotools' tp / (tp + fp + eps) with tp + fp = 1 gives 1 - 2^-52 and
+    faster-coco-eval's tp / (tp + fp) gives 1 (see the module docstring). -> (the number of such entries,
+    pycocotools' 12 numbers)."""
+    (slow, slow_lines), (fast, fast_lines) = _evaluations(annotation_file, rows)
+    np.testing.assert_allclose(fast.stats, slow.stats, rtol=0, atol=1e-12)
+    assert np.max(np.abs(np.asarray(fast.stats) - np.asarray(slow.stats))) <= 1e-15
+    assert fast_lines == slow_lines and len(slow_lines) == 12
+    for key in ("recall", "scores"):
+        assert np.array_equal(fast.eval[key], slow.eval[key]), key
+    differ = fast.eval["precision"] != slow.eval["precision"]
+    assert (slow.eval["precision"][differ] == 1 - 2.0 ** -52).all() and (fast.eval["precision"][differ] == 1).all()
+    return int(differ.sum()), np.asarray(slow.stats)
+
+
+def test_backend_choice(monkeypatch):
+    monkeypatch.delenv(coco.BACKEND_ENV, raising=False)
+    from mlperf_keras.config import ConfigError
+
+    assert coco.coco_backend("pycocotools") == "pycocotools"
+    monkeypatch.setenv(coco.BACKEND_ENV, "pycocotools")
+    assert coco.coco_backend() == "pycocotools"
+    # An argument overrides the environment.
+    assert coco.coco_backend("auto") == ("faster_coco_eval" if coco._faster_coco_eval_installed() else "pycocotools")
+    monkeypatch.setenv(coco.BACKEND_ENV, "cocoapi")
+    with pytest.raises(ConfigError, match="MLPERF_KERAS_COCO_EVAL"):
+        coco.coco_backend()
+    with pytest.raises(ConfigError, match="unknown COCO evaluator 'fast'"):
+        coco.coco_backend("fast")
+    monkeypatch.delenv(coco.BACKEND_ENV)
+    monkeypatch.setattr(coco, "_faster_coco_eval_installed", lambda: False)
+    assert coco.coco_backend() == "pycocotools"
+    with pytest.raises(ConfigError, match="pip install faster-coco-eval"):
+        coco.coco_backend("faster-coco-eval")
+
+
+@needs_faster_coco_eval
+def test_auto_prefers_faster_coco_eval_and_an_index_is_scored_by_its_own_backend(annotations, monkeypatch):
+    monkeypatch.delenv(coco.BACKEND_ENV, raising=False)
+    assert coco.coco_backend() == "faster_coco_eval"
+    monkeypatch.setenv(coco.BACKEND_ENV, "faster-coco-eval")
+    assert coco.coco_backend() == "faster_coco_eval"
+    assert type(coco.load_ground_truth(annotations)).__module__.startswith("faster_coco_eval")
+    monkeypatch.setenv(coco.BACKEND_ENV, "pycocotools")
+    gt = coco.load_ground_truth(annotations)
+    assert type(gt).__module__.startswith("pycocotools")
+    assert coco.evaluate_detections(gt, gt_rows(skip=DROPPED_PERSONS))[0] == pytest.approx(253 / 303, abs=1e-12)
+    with pytest.raises(ValueError, match="loaded by pycocotools"):
+        coco.evaluate_detections(gt, gt_rows(), backend="faster_coco_eval")
+    bad = annotations + ".bad.json"
+    with open(bad, "w") as f:
+        f.write("[1, 2]")
+    with pytest.raises(DataError, match="not a COCO annotation file"):
+        coco.load_ground_truth(bad, "faster_coco_eval")
+
+
+@needs_faster_coco_eval
+@pytest.mark.parametrize("case", ["all", "half_the_persons", "iou_052", "crowd_hit", "jittered", "none"])
+def test_backends_agree_on_the_small_set(annotations, case):
+    rng = np.random.default_rng(5)
+    rows = {"all": gt_rows(), "half_the_persons": gt_rows(skip=DROPPED_PERSONS),
+            "iou_052": gt_rows(shift_to_iou=0.52),
+            "crowd_hit": np.vstack([gt_rows(), [20, 300, 250, 150, 100, 0.95, 1]]),
+            "jittered": gt_rows() + np.c_[np.zeros(8), rng.normal(0, 8, (8, 4)), np.zeros((8, 2))],
+            "none": np.zeros((0, 7))}[case]
+    if len(rows):
+        assert_backends_agree(annotations, rows)
+    stats = {b: coco.evaluate_detections(annotations, rows, backend=b) for b in coco.BACKENDS}
+    np.testing.assert_allclose(stats["faster_coco_eval"], stats["pycocotools"], rtol=0, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """300 val2017-like images (synthetic_coco) as an annotation file, with their detections."""
+    dataset, rows = synthetic_coco(seed=11, num_images=300)
+    # Two classes without objects (val2017 has all 80, a subset may not): their detections are scored by no class.
+    dataset["annotations"] = [a for a in dataset["annotations"] if a["category_id"] not in (88, 90)]
+    path = tmp_path_factory.mktemp("coco_generated") / "instances_val2017.json"
+    with open(path, "w") as f:
+        json.dump(dataset, f)
+    return str(path), dataset, rows
+
+
+@needs_faster_coco_eval
+def test_backends_agree_on_a_generated_val2017_like_set(generated):
+    path, dataset, rows = generated
+    # The set exercises what can differ: images without objects (scored: their detections are false positives),
+    # crowd regions, every area range, more than 100 detections on an image (the maxDets cut), tied scores, classes
+    # without objects here (-1 entries), detections of a class absent from their image.
+    annotated = {a["image_id"] for a in dataset["annotations"]}
+    per_image = np.unique(rows[:, 0], return_counts=True)
+    assert 0 < len({i["id"] for i in dataset["images"]} - annotated) < 20
+    assert np.isin(per_image[0], list(annotated), invert=True).any()
+    assert sum(a["iscrowd"] for a in dataset["annotations"]) >= 10
+    assert (per_image[1] > 100).sum() >= 10 and 60 < per_image[1].mean() < 85
+    assert len(np.unique(rows[:, 5])) < 0.9 * len(rows)
+    assert len({a["category_id"] for a in dataset["annotations"]}) == 78 and np.isin([88, 90], rows[:, 6]).all()
+    entries, reference = assert_backends_agree(path, rows)
+    assert entries > 0  # the tp + fp = 1 case occurs, and is the only difference
+    assert (reference[3:6] > 0).all() and 0.1 < reference[0] < 0.6
+    stats = coco.evaluate_detections(path, rows, backend="faster_coco_eval")
+    np.testing.assert_allclose(stats, reference, rtol=0, atol=1e-12)
+
+
+@needs_faster_coco_eval
+def test_faster_coco_eval_index_reused_across_evaluations(generated):
+    # The metric loads the annotations once and evaluates 8 times; evaluating mutates the index ("ignore" flags), so
+    # a second result on the same index must equal a fresh one.
+    path, _, rows = generated
+    gt = coco.load_ground_truth(path, "faster_coco_eval")
+    first = coco.evaluate_detections(gt, rows)
+    other = coco.evaluate_detections(gt, rows[::2])
+    assert not np.array_equal(first, other)
+    assert np.array_equal(coco.evaluate_detections(gt, rows), first)
+    assert np.array_equal(coco.evaluate_detections(path, rows[::2], backend="faster_coco_eval"), other)
+
+
+@needs_faster_coco_eval
+def test_metric_with_either_evaluator(annotations):
+    results = {}
+    for backend in coco.BACKENDS:
+        lines = []
+        metric = _metric(annotations, log=lines.append, coco_evaluator=backend)
+        metric.add_batch(*model_outputs([10, 20, 30, 40], skip=DROPPED_PERSONS))
+        results[backend] = (metric.result(), lines)
+    assert results["pycocotools"][0] == pytest.approx(253 / 303, abs=1e-12)
+    assert results["faster_coco_eval"][0] == pytest.approx(results["pycocotools"][0], abs=1e-12)
+    assert results["faster_coco_eval"][1] == results["pycocotools"][1]
+
+
+@pytest.mark.slow
+@needs_faster_coco_eval
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_backends_agree_on_larger_generated_sets(tmp_path, seed):
+    dataset, rows = synthetic_coco(seed=seed, num_images=1000, crowd_fraction=0.03, tie_fraction=0.3)
+    path = tmp_path / "instances.json"
+    with open(path, "w") as f:
+        json.dump(dataset, f)
+    assert assert_backends_agree(str(path), rows)[0] > 0

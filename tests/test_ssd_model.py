@@ -201,6 +201,18 @@ def test_loss_matches_a_numpy_reference():
         assert loss_value(*batch) == pytest.approx(reference_loss(*batch), rel=1e-5)
 
 
+def test_loss_mines_tied_negatives_in_box_order():
+    """Quantised logits give many equal cross-entropies: the mined set must be the first k of a stable descending
+    sort (what the single-sort threshold in multibox_loss claims to reproduce), checked against the NumPy reference.
+    A positive's own cross-entropy differs from its 0 in the ranking, so ties with positives matter too."""
+    for seed in range(4):
+        offsets, labels, loc, logits = random_batch(seed, positives=(3, 1, 7, 12), boxes=40)
+        logits = np.round(logits) * 0.5          # few distinct logit rows: heavy ties among negatives
+        logits[1, :20] = 30.0 * (np.arange(5) == 0)   # near-zero (or zero) CE on background: ties with positives' 0
+        assert loss_value(offsets, labels, loc, logits) == pytest.approx(
+            reference_loss(offsets, labels, loc, logits), rel=1e-5)
+
+
 def ce(logits, label):
     return float(np.log(np.exp(logits).sum()) - logits[label])
 

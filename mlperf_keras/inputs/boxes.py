@@ -360,7 +360,7 @@ def ssd_train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, bat
 
     dataset = dataset.map(preprocess, num_parallel_calls=records.AUTOTUNE, deterministic=True)
     dataset = dataset.batch(batch_size, drop_remainder=True).prefetch(records.AUTOTUNE)
-    return image._threading(dataset, threads)
+    return image.with_threads(dataset, threads)
 
 
 def ssd_eval_dataset(paths: list[str], *, batch_size: int, skip_empty: bool = True, size: int = 300,
@@ -390,7 +390,7 @@ def ssd_eval_dataset(paths: list[str], *, batch_size: int, skip_empty: bool = Tr
         dataset = dataset.filter(has_objects)
     dataset = dataset.map(preprocess, num_parallel_calls=records.AUTOTUNE, deterministic=True)
     dataset = dataset.batch(batch_size).map(pad).prefetch(records.AUTOTUNE)
-    return image._threading(dataset, threads)
+    return image.with_threads(dataset, threads)
 
 
 _COUNT_FEATURES = {"image/object/class/label": tf.io.VarLenFeature(tf.int64),

@@ -80,7 +80,7 @@ def center_crop_resize(jpeg, size: int, resize_min: int):
     return image
 
 
-def _threading(dataset, threads: int | None):
+def with_threads(dataset, threads: int | None):
     options = tf.data.Options()
     options.deterministic = True
     if threads:
@@ -118,7 +118,7 @@ def classification_train_dataset(paths: list[str], *, seed: int, epoch: int, ran
 
     dataset = dataset.map(preprocess, num_parallel_calls=records.AUTOTUNE, deterministic=True)
     dataset = dataset.batch(batch_size, drop_remainder=True).prefetch(records.AUTOTUNE)
-    return _threading(dataset, threads)
+    return with_threads(dataset, threads)
 
 
 def classification_eval_dataset(paths: list[str], *, batch_size: int, image_size: int, resize_min: int,
@@ -140,7 +140,7 @@ def classification_eval_dataset(paths: list[str], *, batch_size: int, image_size
     dataset = records.record_dataset(paths, cycle_length=cycle_length)
     dataset = dataset.map(preprocess, num_parallel_calls=records.AUTOTUNE, deterministic=True)
     dataset = dataset.batch(batch_size).map(pad).prefetch(records.AUTOTUNE)
-    return _threading(dataset, threads)
+    return with_threads(dataset, threads)
 
 
 __all__ = ["CLASSIFICATION_FEATURES", "CropParams", "IMAGENET_MEAN_RGB", "IMAGENET_STD_RGB", "center_crop_resize",
