@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from shutil import which as shutil_which
 
 import numpy as np
 import pytest
@@ -140,3 +141,65 @@ def test_short_run_passes_every_checker_rule_but_the_target(prepared, tmp_path):
     valid, messages = checker_messages(result.log_path)
     assert not valid and len(messages) == 1, messages
     assert "eval_accuracy" in messages[0], messages
+
+
+# ---- learning, and two workers ----
+
+TINY = "width=8,shuffle_buffer=16,warmup_epochs=1,learning_rate=0.05"
+
+
+@pytest.fixture(scope="module")
+def prepared_same_val(tmp_path_factory):
+    """8 generated training images, and a val2017 that is the same images: the eval measures train-set mAP."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("coco_overfit")
+    raw = root / "raw"
+    demo_coco.write_raw(str(raw), num_train=8, num_val=2, seed=11)
+    shutil.rmtree(raw / "val2017")
+    shutil.copytree(raw / "train2017", raw / "val2017")
+    shutil.copy(raw / "annotations" / "instances_train2017.json", raw / "annotations" / "instances_val2017.json")
+    coco.prepare(str(raw), str(root / "out"), train_shards=2, val_shards=2, num_workers=0, log=lambda _: None)
+    return str(root / "out")
+
+
+@pytest.mark.slow
+def test_overfits_a_few_images(prepared_same_val, tmp_path):
+    """One step per epoch on the same 8 images: the loss falls and the train-set mAP rises clearly."""
+    workload, manifest, config, dist = resolve(data_dir=prepared_same_val, output_dir=str(tmp_path), ruleset="0.7",
+                                               max_epochs=40, batch_size=8, jit_compile=False,
+                                               hparams=TINY + ",eval_epochs=1-40,decay_epochs=60-70")
+    result = loop.run(config, workload, dist, manifest)
+    events = read_events(result.log_path)
+    losses = [e["value"]["loss"] for e in events if e["key"] == "tracked_stats"]
+    maps = [e["value"] for e in events if e["key"] == "eval_accuracy"]
+    assert len(losses) == 40 and len(maps) == 2
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), losses
+    assert maps[1] > maps[0] + 0.2, maps
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(shutil_which("horovodrun") is None, reason="Horovod not installed (bash scripts/install_horovod.sh)")
+def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
+    """horovodrun -np 2 --model=ssd on CPU with a tiny model: one log, global values, every val image scored once
+    (the evaluator checks the gathered image ids against the manifest's count)."""
+    import glob
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = tmp_path / "runs"
+    proc = subprocess.run(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m",
+                           "mlperf_keras.train", "--model=ssd", f"--data_dir={prepared}", f"--output_dir={out}",
+                           "--seed=4", "--ruleset=0.7", "--max_epochs=1", "--batch_size=4", "--nojit_compile",
+                           f"--hparams={TINY},eval_epochs=1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (log,) = glob.glob(str(out / "*.log"))
+    events = read_events(log)
+    values = {e["key"]: e["value"] for e in events}
+    assert values["num_workers"] == 2 and values["global_batch_size"] == 4 and values["model_bn_span"] == 2
+    assert values["distribution"] == "horovod, 2 workers"
+    assert len([e for e in events if e["key"] == "eval_accuracy"]) == 1 and 0 <= values["eval_accuracy"] <= 1

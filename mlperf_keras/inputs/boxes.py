@@ -371,11 +371,15 @@ def ssd_eval_dataset(paths: list[str], *, batch_size: int, skip_empty: bool = Tr
     skip_empty drops images without objects (the reference's evaluation set; crowd objects count). The last batch
     is padded to batch_size with zero images of image_id -1, height 0 and width 0 (static shapes under XLA).
     """
+    # No Python control flow below: AutoGraph has nothing to convert (and mistakes these closures for the training
+    # pipeline's same-named ones, warning at every evaluation).
+    @tf.autograph.experimental.do_not_convert
     def preprocess(example):
         pixels = image.to_uint8(image.resize(tf.image.decode_jpeg(example["jpeg"], channels=3), size, size))
         pixels.set_shape([size, size, 3])
         return pixels, example["image_id"], example["height"], example["width"]
 
+    @tf.autograph.experimental.do_not_convert
     def pad(pixels, ids, heights, widths):
         missing = batch_size - tf.shape(ids)[0]
         pixels = tf.pad(pixels, [[0, missing], [0, 0], [0, 0], [0, 0]])
