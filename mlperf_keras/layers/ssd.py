@@ -76,11 +76,13 @@ def _extra_block(x, mid: int, out: int, stride: int, name: str, options: resnet.
 
 
 def _head(x, boxes: int, per_box: int, name: str):
-    """3x3 convolution with bias, in float32, reshaped to (N, H x W x boxes, per_box): cell-major, box inside."""
+    """3x3 convolution with bias, reshaped to (N, H x W x boxes, per_box) in float32: cell-major, box inside.
+
+    The convolution runs in the compute dtype (bf16/fp16 under mixed precision, as the reference's heads under
+    autocast; they are 14% of the model's FLOPs); only its output is cast to float32, for the loss and decoding."""
     bound = 1.0 / math.sqrt(9 * x.shape[-1])   # torch's default Conv2d bias init, which the reference keeps
     y = layers.Conv2D(boxes * per_box, 3, padding="same", kernel_initializer=_xavier(),
-                      bias_initializer=keras.initializers.RandomUniform(-bound, bound), dtype="float32",
-                      name=name)(x)
+                      bias_initializer=keras.initializers.RandomUniform(-bound, bound), name=name)(x)
     height, width = y.shape[1], y.shape[2]
     return layers.Reshape((height * width * boxes, per_box), dtype="float32", name=f"{name}_flat")(y)
 
