@@ -8,7 +8,7 @@
   variables; each batch is split over the devices and XLA inserts the gradient all-reduce inside the jitted step.
 
 The rest of the code asks only `rank`, `world_size`, `is_chief`, `sum_across_workers`, `gather_rows` (the COCO
-evaluator, metrics/coco.py), and (in steps.py) `average_gradients`, `broadcast_variables`, `shard_batch`,
+evaluator, metrics/coco.py), `average_variables` (batch-norm statistics before evaluating, loop.py), and (in steps.py) `average_gradients`, `broadcast_variables`, `shard_batch`,
 `devices_per_worker`.
 """
 from __future__ import annotations
@@ -60,6 +60,9 @@ class SingleProcess:
     def broadcast_variables(self, variables):
         """Make every worker start from rank 0's initial values."""
 
+    def average_variables(self, variables):
+        """Replace each variable by its mean over the workers (batch-norm statistics before an evaluation)."""
+
     def shard_batch(self, batch):
         return batch
 
@@ -96,6 +99,10 @@ class Horovod(SingleProcess):
         # allgather takes a different first dimension on each rank (zero rows included) and returns rank order.
         array = super().gather_rows(array)
         return self._hvd.allgather(self._tf.constant(array)).numpy()
+
+    def average_variables(self, variables):
+        for variable in variables:
+            variable.assign(self._hvd.allreduce(variable.value, op=self._hvd.Average))
 
     def average_gradients(self, grads):
         # Embedding gradients arrive as IndexedSlices; a dense all-reduce is what NCF-sized tables want.

@@ -170,6 +170,11 @@ def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds
     return float(loss) if loss is not None else float("nan")
 
 
+def _batch_norm_statistics(model) -> list:
+    """The moving means and variances of every batch-norm layer (Keras names them so)."""
+    return [v for v in model.non_trainable_variables if v.path.endswith(("/moving_mean", "/moving_variance"))]
+
+
 def _train(config, workload, dist, manifest, log, progress, step, clock_start) -> RunResult:
     from mlperf_keras.inputs.manifest import TRAINING_CHECKSUM_LIMIT_BYTES, verify_files
 
@@ -210,6 +215,9 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
         line = f"epoch {epoch + base} ({epoch + 1}/{config.max_epochs})  loss {epoch_loss:.4f}  {throughput:,.0f} samples/s"
         if epoch == block_end:
             step.sync_to_model()
+            # Each worker's batch-norm statistics saw only its own batches: evaluate one model, their mean, as the
+            # SSD reference does (all-reduce of running_mean/running_var before each evaluation).
+            dist.average_variables(_batch_norm_statistics(step.model))
             log.start(C.EVAL_START, metadata={"epoch_num": epoch + base})
             eval_start = time.time()
             quality = evaluator.evaluate(step.predict)

@@ -143,3 +143,16 @@ def test_jax_training_cli_uses_both_devices(prepared_ncf, tmp_path):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     values = {e["key"]: e["value"] for e in read_events(summary["log"])}
     assert values["distribution"] == "jax DataParallel over 2 devices" and summary["quality"] > 0.1
+
+
+@needs_horovod
+def test_batch_norm_statistics_are_averaged_across_workers(tmp_path):
+    """Before each evaluation the loop replaces every batch-norm moving mean/variance by its mean over the workers
+    (as the SSD reference does), and touches no other variable."""
+    proc = horovodrun(os.path.join(ROOT, "tests", "workers", "average_batch_norm.py"), str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for rank in (0, 1):
+        result = json.load(open(tmp_path / f"rank{rank}.json"))
+        assert result["averaged"] == ["bn/moving_mean", "bn/moving_variance"]
+        assert result["mean"] == [1.5] * 3 and result["variance"] == [3.0] * 3
+        assert result["other"] == rank + 1.0

@@ -203,3 +203,18 @@ def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
     assert values["num_workers"] == 2 and values["global_batch_size"] == 4 and values["model_bn_span"] == 2
     assert values["distribution"] == "horovod, 2 workers"
     assert len([e for e in events if e["key"] == "eval_accuracy"]) == 1 and 0 <= values["eval_accuracy"] <= 1
+
+
+@pytest.mark.slow
+def test_ssd_benchmark_runs_on_jax_without_tensorflow(tmp_path):
+    """--synthetic SSD (model, loss, optimizer, synthetic targets) on a JAX-only path: TensorFlow never imported."""
+    from tests.conftest import run_on_jax_without_tensorflow
+
+    pytest.importorskip("jax")
+    _, check = run_on_jax_without_tensorflow(
+        "benchmark", ["--model=ssd", "--backend=jax", "--batch_size=2", "--steps=2", "--warmup_steps=1",
+                      "--hparams=width=8", f"--json_out={tmp_path / 'r.json'}"], tmp_path)
+    assert check == {"exit": 0, "tensorflow_imported": False}
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["model"] == "ssd" and result["unit"] == "images" and result["batch_shapes"]["x"] == [2, 300, 300, 3]
+    assert result["bare_samples_per_s"] > 0
