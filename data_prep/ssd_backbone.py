@@ -157,6 +157,7 @@ def main(argv):
 if __name__ == "__main__":
     flags.DEFINE_string("torchvision_checkpoint", None,
                         "torchvision ResNet-34 ImageNet state dict (resnet34-333f7ec4.pth, as the SSD reference uses)")
-    flags.DEFINE_string("output", None, "The .npz to write (--hparams of the ssd workload point at it)")
+    flags.DEFINE_string("output", None, "The .npz to write; train with python -m mlperf_keras.train --model=ssd "
+                        "--backbone_weights=<this file>")
     flags.mark_flags_as_required(["torchvision_checkpoint", "output"])
     app.run(main)
