@@ -14,14 +14,13 @@ What is timed: exactly what workloads/ncf.py train_data gives the training loop,
 epoch, 4 negatives per positive drawn uniformly and redrawn while they hit an item the user rated (vectorised), the
 epoch shuffled, then fixed-size batches gathered from it (the last one wraps around). No model runs. Loading the
 shards and indexing the rated (user, item) pairs is start-up and is not timed, nor are --warmup_epochs. Each
-configuration runs in a fresh process pinned to --cores cores (os.sched_setaffinity); the stream is NumPy on one
-thread, so extra cores in one process are expected not to help (the 2-core line shows it).
+configuration runs in a fresh process pinned to --cores cores (os.sched_setaffinity); the epoch build runs its fixed
+chunks (negatives, bucketed shuffle, gathers) on as many threads as the process has cores (inputs/ncf.py).
 
 Per configuration: one human line and one JSON line with samples/s (positives + negatives served in batches),
 samples/s per core, samples per CPU-second (process CPU time, which holds even on a shared machine), the time to
-build one epoch (negatives + shuffle: the time to the first batch) and, timed apart, how much of it is the shuffle;
-then how many cores that rate means for one H200, which consumes 134.3 million samples/s at this batch
-(benchmarks/RESULTS.md).
+build one epoch (negatives + shuffle: the time to the first batch); then how many cores that rate means for one
+H200, which consumes 134.3 million samples/s at this batch (benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -58,8 +57,6 @@ def ensure_data(work_dir: str, users: int, items: int, mean_ratings: float) -> s
 def child(args):
     """One configuration, in this process: pin to the first args.cores cores, build the stream, time epochs."""
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
-    import numpy as np
-
     from mlperf_keras.inputs.manifest import read_manifest
     from mlperf_keras.workloads.ncf import NCF
 
@@ -92,20 +89,10 @@ def child(args):
             samples += n
             batches += count
 
-    # The shuffle part of an epoch build, timed apart as inputs/ncf.py does it: a permutation of the epoch's samples
-    # and three gathers (users, items, labels).
     m = data.sampler.samples_per_epoch
-    rng = np.random.default_rng(0)
-    users = rng.integers(0, hparams["num_users"], m, dtype=np.int32)
-    items = rng.integers(0, hparams["num_items"], m, dtype=np.int32)
-    labels = np.zeros(m, np.float32)
-    t0, c0 = time.time(), time.process_time()
-    order = rng.permutation(m)
-    users, items, labels = users[order], items[order], labels[order]
-    shuffle, shuffle_cpu = time.time() - t0, time.process_time() - c0
     print(json.dumps({"samples": samples, "batches": batches, "seconds": seconds, "cpu_seconds": cpu_seconds,
                       "epoch_build_s": build / args.epochs,
-                      "epoch_build_cpu_s": build_cpu / args.epochs, "shuffle_s": shuffle, "shuffle_cpu_s": shuffle_cpu,
+                      "epoch_build_cpu_s": build_cpu / args.epochs,
                       "setup_s": setup,
                       "positives": int(len(data.sampler.users)), "samples_per_epoch": int(m),
                       "steps_per_epoch": int(data.steps_per_epoch)}))
@@ -152,8 +139,7 @@ def main():
         print(f"ncf train stream, batch {args.batch:,}: {rate / 1e6:6.2f} M samples/s on {cores} core(s) = "
               f"{per_core / 1e6:6.2f} M samples/s per core ({r['samples'] / r['cpu_seconds'] / 1e6:.2f} M per "
               f"CPU-second); one epoch ({r['samples_per_epoch']:,} samples, {r['steps_per_epoch']} batches) builds "
-              f"in {r['epoch_build_s']:.2f} s, {r['epoch_build_cpu_s']:.2f} CPU-s (shuffle {r['shuffle_s']:.2f} s, "
-              f"{r['shuffle_cpu_s']:.2f} CPU-s); one H200 (134.3 M samples/s) "
+              f"in {r['epoch_build_s']:.2f} s, {r['epoch_build_cpu_s']:.2f} CPU-s; one H200 (134.3 M samples/s) "
               f"needs {needed} such cores ({needed_cpu} at the CPU-second rate); load average {load:.1f}",
               flush=True)
         print(json.dumps({"workload": "ncf", "cores": cores, "batch": args.batch, "samples": r["samples"],
@@ -162,8 +148,7 @@ def main():
                           "samples_per_s_per_core": round(per_core),
                           "samples_per_cpu_s": round(r["samples"] / r["cpu_seconds"]),
                           "epoch_build_s": round(r["epoch_build_s"], 4),
-                          "epoch_build_cpu_s": round(r["epoch_build_cpu_s"], 4), "shuffle_s": round(r["shuffle_s"], 4),
-                          "shuffle_cpu_s": round(r["shuffle_cpu_s"], 4),
+                          "epoch_build_cpu_s": round(r["epoch_build_cpu_s"], 4),
                           "setup_s": round(r["setup_s"], 3), "samples_per_epoch": r["samples_per_epoch"],
                           "train_positives": r["positives"], "gpu_samples_per_s": H200_SAMPLES_PER_S,
                           "cores_for_one_gpu": needed, "cores_for_one_gpu_cpu": needed_cpu,

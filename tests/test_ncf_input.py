@@ -47,3 +47,37 @@ def test_batches_have_fixed_shape_and_cover_the_epoch():
 
 def test_steps_follow_the_largest_worker():
     assert steps_per_epoch([100, 120], 4, 100) == 6
+
+
+def test_the_epoch_does_not_depend_on_the_thread_count():
+    """The epoch is split into fixed chunks with their own streams: 1 or 4 threads give the same arrays."""
+    positives = make_positives(users=60, per_user=40, items=300)
+    one = TrainSampler(positives, 300, 4, seed=9, threads=1).epoch(2)
+    four = TrainSampler(positives, 300, 4, seed=9, threads=4).epoch(2)
+    for x, y in zip(one, four):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_the_parallel_shuffle_is_a_uniform_permutation():
+    """Bucketed shuffle: every sample appears once, and where a given sample lands is uniform over the epoch
+    (chi-square over 10 position bins, 400 epochs), and positives and negatives are mixed evenly."""
+    positives = make_positives(users=10, per_user=10, items=200)   # 100 positives, 500 samples per epoch
+    sampler = TrainSampler(positives, 200, 4, seed=3, threads=2)
+    first_positive_bins = np.zeros(10)
+    index_of = {pair: k for k, pair in enumerate(map(tuple, positives.tolist()))}
+    ascending = []
+    for epoch in range(400):
+        users, items, labels = sampler.epoch(epoch)
+        assert labels.sum() == 100 and len(users) == 500
+        pairs = sorted(zip(users[labels == 1].tolist(), items[labels == 1].tolist()))
+        assert pairs == sorted(map(tuple, positives.tolist()))       # each positive exactly once
+        target = np.flatnonzero((users == positives[0, 0]) & (items == positives[0, 1]) & (labels == 1))
+        first_positive_bins[target[0] * 10 // 500] += 1
+        assert abs(labels[:250].sum() - 50) < 25                      # not positives first
+        # Consecutive positives come in ascending input order half the time (a missed shuffle inside a bucket
+        # would keep its members in input order).
+        order = np.array([index_of[p] for p in zip(users[labels == 1].tolist(), items[labels == 1].tolist())])
+        ascending.append(np.mean(np.diff(order) > 0))
+    assert abs(np.mean(ascending) - 0.5) < 0.02, np.mean(ascending)
+    chi2 = ((first_positive_bins - 40) ** 2 / 40).sum()
+    assert chi2 < 27.9, first_positive_bins                           # p = 0.001 at 9 degrees of freedom

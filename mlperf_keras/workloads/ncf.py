@@ -154,7 +154,10 @@ class NCF(Workload):
 class _NcfTrainData(TrainData):
     def __init__(self, config, positives, steps, rank):
         hp = config.hparams
-        self.sampler = ncf_input.TrainSampler(positives, hp["num_items"], hp["negatives"], config.seed, rank)
+        # The epoch build is the input's whole cost: every core this worker can share (workers split a host's cores).
+        threads = max(1, len(os.sched_getaffinity(0)) // config.num_workers)
+        self.sampler = ncf_input.TrainSampler(positives, hp["num_items"], hp["negatives"], config.seed, rank,
+                                              threads=threads)
         self.steps_per_epoch = steps
         self.samples_per_epoch = hp["train_positives"] * (1 + hp["negatives"])
         self.batch = config.per_worker_batch_size
