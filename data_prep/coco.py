@@ -52,7 +52,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from data_prep import cli
+from data_prep import cli, sharded
 from data_prep.imagenet import JPEG_QUALITY, BadImage, check_image
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
@@ -224,27 +224,19 @@ def process_chunk(image_dir: str, items: list) -> list:
 
 # ---- writing ----
 
-class _Split:
+class _Split(sharded.ShardWriter):
     """Writes one split's records in order into its shards and keeps the counts."""
 
     def __init__(self, out: StagedOutput, split: str, image_dir: str, json_path: str, num_shards: int,
                  objects: dict):
-        from mlperf_keras.inputs import records
-
-        self.records = records
-        self.out, self.split, self.image_dir, self.json_path = out, split, image_dir, json_path
-        self.num_shards, self.objects = num_shards, objects
-        self.written, self.annotated, self.num_objects, self.reencoded = 0, 0, 0, []
-        self._writer, self._shard, self._rows = None, None, 0
+        super().__init__(out, split, num_shards)
+        self.image_dir, self.json_path, self.objects = image_dir, json_path, objects
+        self.annotated, self.num_objects, self.reencoded = 0, 0, []
 
     def shard_name(self, shard: int) -> str:
         return f"{self.split}-{shard:05d}-of-{self.num_shards:05d}.tfrecord"
 
     def add(self, shard: int, results: list):
-        if shard != self._shard:
-            self.close_shard()
-            self._shard, self._rows = shard, 0
-            self._writer = self.records.writer(self.out.path(self.shard_name(shard)))
         r = self.records
         for result in results:
             item = result[1]
@@ -259,7 +251,7 @@ class _Split:
             if kind:
                 self.reencoded.append({"split": self.split, "name": item.file_name, "kind": kind})
             objs = self.objects.get(item.image_id) or Objects(*([] for _ in Objects._fields))
-            self._writer.write(r.example({
+            self.write(shard, r.example({
                 "image/encoded": r.bytes_feature(jpeg),
                 "image/filename": r.bytes_feature(item.file_name.encode()),
                 "image/id": r.int64_feature(item.image_id),
@@ -269,68 +261,13 @@ class _Split:
                 "image/object/bbox/ymin": r.float_feature(objs.ymin),
                 "image/object/bbox/xmax": r.float_feature(objs.xmax),
                 "image/object/bbox/ymax": r.float_feature(objs.ymax),
-                "image/object/class/label": _int64_list(objs.label),
-                "image/object/is_crowd": _int64_list(objs.is_crowd),
+                "image/object/class/label": r.int64_list_feature(objs.label),
+                "image/object/is_crowd": r.int64_list_feature(objs.is_crowd),
                 "image/object/area": r.float_feature(objs.area),
-                "image/object/segmentation": _bytes_list(objs.segmentation),
+                "image/object/segmentation": r.bytes_list_feature(objs.segmentation),
             }))
-            self._rows += 1
-            self.written += 1
             self.annotated += bool(objs.label)
             self.num_objects += len(objs.label)
-
-    def close_shard(self):
-        if self._writer is None:
-            return
-        self._writer.close()
-        self.out.add(self.shard_name(self._shard), rows=self._rows, split=self.split)
-        self._writer = None
-
-
-def _int64_list(values):
-    import tensorflow as tf
-
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
-
-
-def _bytes_list(values):
-    import tensorflow as tf
-
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(values)))
-
-
-def _shard_chunks(items: list, num_shards: int, chunk: int):
-    bounds = np.linspace(0, len(items), num_shards + 1).astype(int)
-    for shard in range(num_shards):
-        for lo in range(bounds[shard], bounds[shard + 1], chunk):
-            yield shard, items[lo:min(lo + chunk, bounds[shard + 1])]
-
-
-def _convert(pool, items: list, writer: _Split, chunk: int, log, in_flight: int):
-    """Feed chunks to the workers (at most in_flight outstanding) and write results in submission order."""
-    start, done, last = time.time(), 0, time.time()
-    pending = collections.deque()
-
-    def drain_one():
-        nonlocal done, last
-        shard, result = pending.popleft()
-        results = result.get() if pool is not None else result
-        writer.add(shard, results)
-        done += len(results)
-        if time.time() - last > 30:
-            last = time.time()
-            log(f"  {writer.split}: {done:,}/{len(items):,} images, {done / (last - start):,.0f} images/s")
-
-    for shard, part in _shard_chunks(items, writer.num_shards, chunk):
-        if pool is None:
-            pending.append((shard, process_chunk(writer.image_dir, part)))
-        else:
-            pending.append((shard, pool.apply_async(process_chunk, (writer.image_dir, part))))
-        while len(pending) >= in_flight:
-            drain_one()
-    while pending:
-        drain_one()
-    writer.close_shard()
 
 
 def _read_split(raw_dir: str, image_folder: str, json_name: str, log):
@@ -392,7 +329,8 @@ def prepare(raw_dir: str, output_dir: str, train_shards: int = 256, val_shards: 
                 items, objects, _, _, json_path, image_dir = splits[split]
                 t = time.time()
                 writer = _Split(out, split, image_dir, json_path, shards[split], objects)
-                _convert(pool, order[split], writer, chunk, log, in_flight=max(2, 2 * num_workers))
+                sharded.convert(pool, process_chunk, writer.image_dir, order[split], writer, chunk, log,
+                                in_flight=max(2, 2 * num_workers))
                 seconds = time.time() - t
                 log(f"  {split}: wrote {writer.written:,} images ({writer.annotated:,} with objects, "
                     f"{writer.num_objects:,} objects) in {shards[split]} shards, {seconds:.1f} s "

@@ -35,7 +35,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from data_prep import cli
+from data_prep import cli, sharded
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
@@ -312,18 +312,15 @@ def process_chunk(tar_path: str, items: list) -> list:
 
 # ---- writing ----
 
-class _Split:
+class _Split(sharded.ShardWriter):
     """Writes one split's records in order into its shards and keeps the counts."""
 
     def __init__(self, out: StagedOutput, split: str, prefix: str, tar_path: str, num_shards: int, wnids,
                  on_corrupt: str, log):
-        from mlperf_keras.inputs import records
-
-        self.records = records
-        self.out, self.split, self.prefix, self.tar_path = out, split, prefix, tar_path
-        self.num_shards, self.wnids, self.on_corrupt, self.log = num_shards, wnids, on_corrupt, log
-        self.written, self.skipped, self.reencoded = 0, [], []
-        self._writer, self._shard, self._rows = None, None, 0
+        super().__init__(out, split, num_shards)
+        self.prefix, self.tar_path = prefix, tar_path
+        self.wnids, self.on_corrupt, self.log = wnids, on_corrupt, log
+        self.skipped, self.reencoded = [], []
 
     def where(self, item) -> str:
         inner = f"{self.wnids[item.label]}.tar/" if self.split == "train" else ""
@@ -333,10 +330,6 @@ class _Split:
         return f"{self.prefix}-{shard:05d}-of-{self.num_shards:05d}"
 
     def add(self, shard: int, results: list):
-        if shard != self._shard:
-            self.close_shard()
-            self._shard, self._rows = shard, 0
-            self._writer = self.records.writer(self.out.path(self.shard_name(shard)))
         for result in results:
             if result[0] == "bad":
                 _, item, reason = result
@@ -351,7 +344,7 @@ class _Split:
                 self.reencoded.append({"split": self.split, "name": item.name, "kind": kind})
             wnid = self.wnids[item.label]
             r = self.records
-            self._writer.write(r.example({
+            self.write(shard, r.example({
                 "image/encoded": r.bytes_feature(jpeg),
                 "image/format": r.bytes_feature(b"JPEG"),
                 "image/filename": r.bytes_feature(item.name.encode()),
@@ -360,49 +353,6 @@ class _Split:
                 "image/height": r.int64_feature(height),
                 "image/width": r.int64_feature(width),
             }))
-            self._rows += 1
-            self.written += 1
-
-    def close_shard(self):
-        if self._writer is None:
-            return
-        self._writer.close()
-        self.out.add(self.shard_name(self._shard), rows=self._rows, split=self.split)
-        self._writer = None
-
-
-def _shard_chunks(items: list, num_shards: int, chunk: int):
-    bounds = np.linspace(0, len(items), num_shards + 1).astype(int)
-    for shard in range(num_shards):
-        for lo in range(bounds[shard], bounds[shard + 1], chunk):
-            yield shard, items[lo:min(lo + chunk, bounds[shard + 1])]
-
-
-def _convert(pool, tar_path: str, items: list, writer: _Split, chunk: int, log, in_flight: int):
-    """Feed chunks to the workers (at most in_flight outstanding) and write results in submission order."""
-    start, done, last = time.time(), 0, time.time()
-    pending = collections.deque()
-
-    def drain_one():
-        nonlocal done, last
-        shard, result = pending.popleft()
-        results = result.get() if pool is not None else result
-        writer.add(shard, results)
-        done += len(results)
-        if time.time() - last > 30:
-            last = time.time()
-            log(f"  {writer.split}: {done:,}/{len(items):,} images, {done / (last - start):,.0f} images/s")
-
-    for shard, part in _shard_chunks(items, writer.num_shards, chunk):
-        if pool is None:
-            pending.append((shard, process_chunk(tar_path, part)))
-        else:
-            pending.append((shard, pool.apply_async(process_chunk, (tar_path, part))))
-        while len(pending) >= in_flight:
-            drain_one()
-    while pending:
-        drain_one()
-    writer.close_shard()
 
 
 def prepare(raw_dir: str, output_dir: str, train_shards: int = 1024, val_shards: int = 128,
@@ -453,7 +403,8 @@ def prepare(raw_dir: str, output_dir: str, train_shards: int = 1024, val_shards:
                                                    ("validation", "validation", val_tar, val_items)):
                 t = time.time()
                 writer = _Split(out, split, prefix, tar_path, shards[split], wnids, on_corrupt, log)
-                _convert(pool, tar_path, items, writer, chunk, log, in_flight=max(2, 2 * num_workers))
+                sharded.convert(pool, process_chunk, tar_path, items, writer, chunk, log,
+                                in_flight=max(2, 2 * num_workers))
                 seconds = time.time() - t
                 log(f"  {split}: wrote {writer.written:,} images in {shards[split]} shards, {seconds:.1f} s "
                     f"({writer.written / max(seconds, 1e-9):,.0f} images/s with {max(1, num_workers)} workers)")

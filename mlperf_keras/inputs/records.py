@@ -46,6 +46,14 @@ def record_dataset(paths: list[str], *, shuffle_seed: int | None = None, repeat:
                             num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
+def backend_batches(dataset: tf.data.Dataset):
+    """Iterate tf.data batches as the active Keras backend wants them: tf tensors on TensorFlow, NumPy arrays on
+    the others (JAX takes NumPy without copying through TensorFlow's device placement)."""
+    import keras
+
+    return iter(dataset) if keras.backend.backend() == "tensorflow" else dataset.as_numpy_iterator()
+
+
 def parse(serialized, features: dict):
     return tf.io.parse_single_example(serialized, features)
 
@@ -58,6 +66,14 @@ def bytes_feature(value: bytes) -> tf.train.Feature:
 
 def int64_feature(value: int) -> tf.train.Feature:
     return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(value)]))
+
+
+def int64_list_feature(values) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+
+
+def bytes_list_feature(values) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(values)))
 
 
 def float_feature(values) -> tf.train.Feature:
@@ -74,5 +90,6 @@ def writer(path: str) -> tf.io.TFRecordWriter:
     return tf.io.TFRecordWriter(path)
 
 
-__all__ = ["AUTOTUNE", "bytes_feature", "example", "float_feature", "int64_feature", "parse",
+__all__ = ["AUTOTUNE", "backend_batches", "bytes_feature", "bytes_list_feature", "example", "float_feature", "int64_feature",
+           "int64_list_feature", "parse",
            "record_dataset", "worker_files", "worker_rows", "writer"]

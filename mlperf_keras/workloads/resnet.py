@@ -260,13 +260,6 @@ class ResNet50(Workload):
         imagenet.prepare(raw_dir, prepared_dir, train_shards=8, val_shards=2, num_workers=0, overwrite=True, log=log)
 
 
-def _to_backend(dataset):
-    """tf.data batches as the active backend wants them: tf tensors on TensorFlow, NumPy arrays elsewhere."""
-    import keras
-
-    return iter(dataset) if keras.backend.backend() == "tensorflow" else dataset.as_numpy_iterator()
-
-
 class _ImageNetTrainData(TrainData):
     def __init__(self, config, dist, paths, steps, samples, label_offset):
         self.config, self.rank, self.paths = config, dist.rank, paths
@@ -286,7 +279,9 @@ class _ImageNetTrainData(TrainData):
             label_offset=self.label_offset)
 
     def batches(self, epoch):
-        return _to_backend(self.dataset(epoch))
+        from mlperf_keras.inputs import records
+
+        return records.backend_batches(self.dataset(epoch))
 
 
 class _SyntheticTrainData(TrainData):
@@ -319,14 +314,14 @@ class _TopOneEvaluator(Evaluator):
         self.num_samples, self.batch, self.label_offset = total, batch, label_offset
 
     def evaluate(self, predict):
-        from mlperf_keras.inputs import image
+        from mlperf_keras.inputs import image, records
         from mlperf_keras.inputs.manifest import DataError
 
         hp = self.config.hparams
         dataset = image.classification_eval_dataset(self.paths, batch_size=self.batch, image_size=hp["image_size"],
                                                     resize_min=hp["eval_resize"], label_offset=self.label_offset)
         correct = seen = 0
-        for images, labels in _to_backend(dataset):
+        for images, labels in records.backend_batches(dataset):
             c, n = _count_top1(predict(images), labels)
             correct, seen = correct + c, seen + n
         merged_correct, merged_seen = self.dist.sum_across_workers([correct, seen])

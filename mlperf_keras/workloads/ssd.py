@@ -206,23 +206,16 @@ class SSD(Workload):
         coco.prepare(raw_dir, prepared_dir, train_shards=4, val_shards=2, num_workers=0, overwrite=True, log=log)
 
 
-def _to_backend(dataset):
-    """tf.data batches as the active backend wants them: tf tensors on TensorFlow, NumPy arrays elsewhere."""
-    import keras
-
-    return iter(dataset) if keras.backend.backend() == "tensorflow" else dataset.as_numpy_iterator()
-
-
 class _CocoTrainData(TrainData):
     def __init__(self, config, rank, paths, steps, samples):
         self.config, self.rank, self.paths = config, rank, paths
         self.steps_per_epoch, self.samples_per_epoch = steps, samples
 
     def batches(self, epoch):
-        from mlperf_keras.inputs import boxes
+        from mlperf_keras.inputs import boxes, records
 
         hp = self.config.hparams
-        return _to_backend(boxes.ssd_train_dataset(
+        return records.backend_batches(boxes.ssd_train_dataset(
             self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
             max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"]))
@@ -258,7 +251,7 @@ class _CocoEvaluator(Evaluator):
         self.metric = None
 
     def evaluate(self, predict):
-        from mlperf_keras.inputs import boxes
+        from mlperf_keras.inputs import boxes, records
         from mlperf_keras.metrics import coco
 
         hp = self.config.hparams
@@ -267,8 +260,8 @@ class _CocoEvaluator(Evaluator):
                 self.annotation_file, self.categories, self.dist, expected_images=self.num_samples,
                 score_threshold=hp["score_threshold"], nms_iou=hp["nms_iou"], max_detections=hp["max_detections"])
         self.metric.reset()
-        for images, image_ids, heights, widths in _to_backend(boxes.ssd_eval_dataset(self.paths,
-                                                                                     batch_size=self.batch)):
+        dataset = boxes.ssd_eval_dataset(self.paths, batch_size=self.batch)
+        for images, image_ids, heights, widths in records.backend_batches(dataset):
             loc, logits = predict(images)
             self.metric.add_batch(np.asarray(image_ids), np.asarray(heights), np.asarray(widths), loc, logits)
         return self.metric.result()
