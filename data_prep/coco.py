@@ -74,11 +74,6 @@ def label_map(categories: list[dict]) -> dict[int, int]:
     return {cid: label for label, cid in enumerate(sorted(c["id"] for c in categories), 1)}
 
 
-def category_ids(categories: list[dict]) -> list[int]:
-    """The inverse: entry `label` is the COCO category id of that label (entry 0, background, is 0)."""
-    return [0] + sorted(c["id"] for c in categories)
-
-
 # ---- reading the annotation files ----
 
 def load_annotations(path: str) -> dict:

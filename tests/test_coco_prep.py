@@ -77,8 +77,11 @@ def test_label_map_is_sorted_ids_to_1_to_80_and_back():
     labels = coco.label_map(categories)  # the file's order does not matter: sorted ids
     assert sorted(labels.values()) == list(range(1, 81))
     assert (labels[1], labels[11], labels[13], labels[44], labels[46], labels[90]) == (1, 11, 12, 40, 41, 80)
-    ids = coco.category_ids(categories)
-    assert ids[0] == 0 and all(ids[labels[cid]] == cid for cid in labels)
+    # and back: the evaluator's table from the manifest's categories (label -> COCO id)
+    from mlperf_keras.metrics.coco import label_to_category_table
+
+    table = label_to_category_table([{"id": cid, "name": "", "label": label} for cid, label in labels.items()])
+    assert table[0] == -1 and all(table[labels[cid]] == cid for cid in labels)
 
 
 def test_counts_files_and_manifest(prepared):
