@@ -3,6 +3,7 @@
     python benchmarks/ncf_pipeline.py [--data_dir=PREPARED] [--work_dir=/tmp/ncf_pipeline_bench]
                                       [--users=20000] [--items=26744] [--mean_ratings=100]
                                       [--cores=1,2] [--batch=1048576] [--epochs=2] [--warmup_epochs=1]
+                                      [--epoch_build=host|device]
 
 Data: a dataset prepared by data_prep.movielens; without --data_dir, a MovieLens-format ratings.csv is generated
 (data_prep.demo_movielens) into --work_dir and prepared there (once; reused afterwards). The default size prepares in
@@ -16,6 +17,9 @@ epoch shuffled, then fixed-size batches gathered from it (the last one wraps aro
 shards and indexing the rated (user, item) pairs is start-up and is not timed, nor are --warmup_epochs. Each
 configuration runs in a fresh process pinned to --cores cores (os.sched_setaffinity); the epoch build runs its fixed
 chunks (negatives, bucketed shuffle, gathers) on as many threads as the process has cores (inputs/ncf.py).
+With --epoch_build=device the epoch is built on the accelerator of the active Keras backend (inputs/ncf_device.py;
+KERAS_BACKEND=jax on a JAX-only GPU machine) and the batches are device slices; the timing waits for the device at
+the end of every epoch, and --cores only pins the host thread that drives it.
 
 Per configuration: one human line and one JSON line with samples/s (positives + negatives served in batches),
 samples/s per core, samples per CPU-second (process CPU time, which holds even on a shared machine), the time to
@@ -32,6 +36,8 @@ import subprocess
 import sys
 import time
 import types
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -62,9 +68,11 @@ def child(args):
 
     workload = NCF()
     manifest = read_manifest(args.data_dir, "ncf")
-    hparams = {**workload.reference_hparams("0.5"), **workload.dataset_hparams(manifest)}
+    hparams = {**workload.reference_hparams("0.5"), **workload.dataset_hparams(manifest),
+               "epoch_build": args.epoch_build}
     config = types.SimpleNamespace(hparams=hparams, seed=1, data_dir=args.data_dir, num_workers=1,
-                                   global_batch_size=args.batch, per_worker_batch_size=args.batch, backend="jax")
+                                   global_batch_size=args.batch, per_worker_batch_size=args.batch,
+                                   backend=os.environ.get("KERAS_BACKEND", "tensorflow"))
     dist = types.SimpleNamespace(rank=0, world_size=1)
     start = time.time()
     data = workload.train_data(config, dist, manifest)  # start-up: load shards, index rated pairs
@@ -81,6 +89,7 @@ def child(args):
         for x, y in stream:
             n += len(y)
             count += 1
+        np.asarray(y)  # device batches are sliced asynchronously: wait for the last one
         if epoch >= args.warmup_epochs:
             seconds += time.time() - t0
             cpu_seconds += time.process_time() - c0
@@ -94,7 +103,7 @@ def child(args):
                       "epoch_build_s": build / args.epochs,
                       "epoch_build_cpu_s": build_cpu / args.epochs,
                       "setup_s": setup,
-                      "positives": int(len(data.sampler.users)), "samples_per_epoch": int(m),
+                      "positives": int(m // (1 + hparams["negatives"])), "samples_per_epoch": int(m),
                       "steps_per_epoch": int(data.steps_per_epoch)}))
 
 
@@ -111,6 +120,9 @@ def main():
     parser.add_argument("--batch", type=int, default=1_048_576, help="samples per batch (NVIDIA's v0.5: 1,048,576)")
     parser.add_argument("--epochs", type=int, default=2, help="timed epochs per configuration")
     parser.add_argument("--warmup_epochs", type=int, default=1, help="untimed epochs first")
+    parser.add_argument("--epoch_build", choices=("host", "device"), default="host",
+                        help="host: NumPy on --cores cores (inputs/ncf.py); device: on the accelerator of the active "
+                        "Keras backend (inputs/ncf_device.py)")
     parser.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._child:
@@ -126,7 +138,7 @@ def main():
     for cores in (int(c) for c in args.cores.split(",")):
         command = [sys.executable, os.path.abspath(__file__), "--_child", f"--data_dir={data_dir}",
                    f"--cores={cores}", f"--batch={args.batch}", f"--epochs={args.epochs}",
-                   f"--warmup_epochs={args.warmup_epochs}"]
+                   f"--warmup_epochs={args.warmup_epochs}", f"--epoch_build={args.epoch_build}"]
         out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
         if out.returncode:
             sys.exit(f"{' '.join(command)} failed:\n{out.stderr[-3000:]}")
@@ -136,13 +148,13 @@ def main():
         load = os.getloadavg()[0]
         needed = math.ceil(H200_SAMPLES_PER_S / per_core)
         needed_cpu = math.ceil(H200_SAMPLES_PER_S * r["cpu_seconds"] / r["samples"])
-        print(f"ncf train stream, batch {args.batch:,}: {rate / 1e6:6.2f} M samples/s on {cores} core(s) = "
+        print(f"ncf train stream, epoch built on the {args.epoch_build}, batch {args.batch:,}: {rate / 1e6:6.2f} M samples/s on {cores} core(s) = "
               f"{per_core / 1e6:6.2f} M samples/s per core ({r['samples'] / r['cpu_seconds'] / 1e6:.2f} M per "
               f"CPU-second); one epoch ({r['samples_per_epoch']:,} samples, {r['steps_per_epoch']} batches) builds "
               f"in {r['epoch_build_s']:.2f} s, {r['epoch_build_cpu_s']:.2f} CPU-s; one H200 (134.3 M samples/s) "
               f"needs {needed} such cores ({needed_cpu} at the CPU-second rate); load average {load:.1f}",
               flush=True)
-        print(json.dumps({"workload": "ncf", "cores": cores, "batch": args.batch, "samples": r["samples"],
+        print(json.dumps({"workload": "ncf", "epoch_build": args.epoch_build, "cores": cores, "batch": args.batch, "samples": r["samples"],
                           "batches": r["batches"], "seconds": round(r["seconds"], 4),
                           "cpu_seconds": round(r["cpu_seconds"], 4), "samples_per_s": round(rate),
                           "samples_per_s_per_core": round(per_core),

@@ -58,7 +58,7 @@ class _TensorFlowTrainStep:
         """Copy a host batch to the accelerator once (synthetic data and benchmarks)."""
         import tensorflow as tf
 
-        with tf.device("/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"):
+        with tf.device("/GPU:0" if accelerator_present() else "/CPU:0"):
             return tf.nest.map_structure(lambda a: tf.identity(tf.convert_to_tensor(a)), batch)
 
     def predict(self, x):
@@ -129,6 +129,29 @@ class _JaxTrainStep:
             var.assign(value)
         for var, value in zip(self.optimizer.variables, opt_vars):
             var.assign(value)
+
+
+def accelerator_present() -> bool:
+    """Does the active backend compute on a GPU (or another accelerator) rather than the CPU?"""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.default_backend() != "cpu"
+    import tensorflow as tf
+
+    return bool(tf.config.list_logical_devices("GPU"))
+
+
+def compile_function(function):
+    """A keras.ops function compiled whole for the active backend (jax.jit, or tf.function with XLA): for input
+    work done on the device (inputs/ncf_device.py)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.jit(function)
+    import tensorflow as tf
+
+    return tf.function(function, jit_compile=True)
 
 
 def _to_numpy(outputs):

@@ -173,3 +173,10 @@ def test_demo_default_reaches_demo_target(tmp_path):
     assert summary["status"] == "success"
     last = read_events(summary["log"])[-1]
     assert last["key"] == "run_stop" and last["metadata"]["status"] == "success"
+
+
+def test_epoch_built_on_the_device_trains_as_well(prepared_ncf, tmp_path):
+    """epoch_build=device (inputs/ncf_device.py, here on the CPU backend) feeds the same loop to the same quality."""
+    baseline = popularity_hit_rate(prepared_ncf)
+    _, result = train(prepared_ncf, tmp_path, target=1.0, max_epochs=15, hparams=SMALL + ",epoch_build=device")
+    assert result.quality > baseline + 0.1, (result.quality, baseline)

@@ -1,0 +1,131 @@
+"""NCF's epoch built on the device (inputs/ncf_device.py): the same distribution as the host sampler, the same bits
+on TensorFlow and JAX, and clear failure where no negative exists. Runs on the CPU backends here."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.inputs.ncf import steps_per_epoch
+from mlperf_keras.inputs.ncf_device import DeviceTrainSampler
+from tests.conftest import ROOT
+from tests.test_ncf_input import make_positives
+
+
+def flat_epoch(sampler, epoch, batch=None, steps=None):
+    n = sampler.samples_per_epoch
+    batch = batch or n
+    steps = steps or steps_per_epoch([sampler.num_positives], sampler.negatives, batch)
+    users, items, labels, rounds = sampler.epoch_batches(epoch, batch, steps)
+    return tuple(np.asarray(a).reshape(-1) for a in (users, items, labels)) + (rounds,)
+
+
+def test_each_positive_once_and_negatives_never_rated():
+    positives = make_positives()
+    sampler = DeviceTrainSampler(positives, num_items=200, negatives=4, seed=1)
+    users, items, labels, rounds = flat_epoch(sampler, 0)
+    assert len(users) == 5 * len(positives) and labels.sum() == len(positives) and rounds >= 1
+    rated = set(map(tuple, positives.tolist()))
+    neg = labels == 0
+    assert not rated & set(zip(users[neg].tolist(), items[neg].tolist()))
+    assert sorted(zip(users[~neg].tolist(), items[~neg].tolist())) == sorted(rated)
+    np.testing.assert_array_equal(np.bincount(users[neg], minlength=50), 4 * np.bincount(positives[:, 0]))
+    assert abs(labels[: len(labels) // 2].sum() - len(positives) / 2) < len(positives) / 5   # shuffled, not sorted
+
+
+def test_reproducible_per_seed_epoch_and_rank():
+    positives = make_positives()
+    a = flat_epoch(DeviceTrainSampler(positives, 200, 4, seed=5), 3)
+    b = flat_epoch(DeviceTrainSampler(positives, 200, 4, seed=5), 3)
+    for x, y in zip(a[:3], b[:3]):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a[1], flat_epoch(DeviceTrainSampler(positives, 200, 4, seed=5), 4)[1])
+    assert not np.array_equal(a[1], flat_epoch(DeviceTrainSampler(positives, 200, 4, seed=5, rank=1), 3)[1])
+
+
+def test_batches_have_fixed_shape_and_wrap_around():
+    positives = make_positives(users=7, per_user=10)
+    sampler = DeviceTrainSampler(positives, 200, 4, seed=0)
+    batches = list(sampler.batches(0, 64, 6))     # 350 samples -> 6 batches of 64, the last wraps to the start
+    assert len(batches) == 6 and all(np.asarray(y).shape == (64,) and np.asarray(x[0]).shape == (64,)
+                                     for x, y in batches)
+    users = np.concatenate([np.asarray(x[0]) for x, _ in batches])
+    items = np.concatenate([np.asarray(x[1]) for x, _ in batches])
+    np.testing.assert_array_equal(users[350:], users[:34])
+    np.testing.assert_array_equal(items[350:], items[:34])
+
+
+def test_negatives_are_uniform_over_the_unrated_items():
+    """5 users who rated 50 of 100 items each: 50 epochs x 200 negatives per user spread evenly over their 50
+    unrated items (chi-square, 49 degrees of freedom, p = 0.001)."""
+    rng = np.random.default_rng(0)
+    positives = np.array([(u, i) for u in range(5) for i in rng.choice(100, 50, replace=False)], np.int32)
+    sampler = DeviceTrainSampler(positives, 100, 4, seed=2)
+    counts = np.zeros((5, 100))
+    for epoch in range(50):
+        users, items, labels, _ = flat_epoch(sampler, epoch)
+        np.add.at(counts, (users[labels == 0], items[labels == 0]), 1)
+    for user in range(5):
+        unrated = np.setdiff1d(np.arange(100), positives[positives[:, 0] == user, 1])
+        assert counts[user, np.setdiff1d(np.arange(100), unrated)].sum() == 0
+        observed = counts[user, unrated]
+        chi2 = ((observed - observed.mean()) ** 2 / observed.mean()).sum()
+        assert chi2 < 85.4, (user, observed)
+
+
+def test_the_shuffle_is_a_uniform_permutation():
+    """Where one given sample lands is uniform over the epoch (chi-square over 10 bins, 400 epochs), and
+    consecutive positives keep their input order only half the time."""
+    positives = make_positives(users=10, per_user=10, items=200)   # 100 positives, 500 samples per epoch
+    sampler = DeviceTrainSampler(positives, 200, 4, seed=3)
+    index_of = {pair: k for k, pair in enumerate(sorted(map(tuple, positives.tolist())))}
+    bins, ascending = np.zeros(10), []
+    for epoch in range(400):
+        users, items, labels, _ = flat_epoch(sampler, epoch)
+        first = np.flatnonzero((users == positives[0, 0]) & (items == positives[0, 1]) & (labels == 1))
+        bins[first[0] * 10 // 500] += 1
+        order = np.array([index_of[p] for p in zip(users[labels == 1].tolist(), items[labels == 1].tolist())])
+        ascending.append(np.mean(np.diff(order) > 0))
+    assert abs(np.mean(ascending) - 0.5) < 0.02, np.mean(ascending)
+    assert ((bins - 40) ** 2 / 40).sum() < 27.9, bins
+
+
+def test_a_user_who_rated_almost_everything_still_gets_unrated_negatives():
+    heavy = np.array([(0, i) for i in range(97)] + [(1, 5)], np.int32)   # user 0 left 3 of 100 items unrated
+    sampler = DeviceTrainSampler(heavy, 100, 4, seed=4)
+    users, items, labels, rounds = flat_epoch(sampler, 0)
+    assert rounds > 3
+    assert set(items[(labels == 0) & (users == 0)].tolist()) == {97, 98, 99}
+    assert 5 not in items[(labels == 0) & (users == 1)]
+
+
+def test_a_user_who_rated_every_item_is_a_clear_error():
+    sampler = DeviceTrainSampler(np.array([(0, i) for i in range(10)], np.int32), 10, 4, seed=0)
+    with pytest.raises(DataError, match="rated .*all 10 items"):
+        flat_epoch(sampler, 0)
+
+
+JAX_EPOCH = """
+import sys, numpy as np
+sys.path.insert(0, {root!r})
+from mlperf_keras.inputs.ncf_device import DeviceTrainSampler
+from tests.test_ncf_input import make_positives
+users, items, labels, rounds = DeviceTrainSampler(make_positives(), 200, 4, seed=7, rank=2).epoch_batches(1, 500, 15)
+np.savez({out!r}, users=np.asarray(users), items=np.asarray(items), labels=np.asarray(labels), rounds=rounds)
+"""
+
+
+def test_tensorflow_and_jax_build_the_same_epoch(tmp_path):
+    out = str(tmp_path / "jax_epoch.npz")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, "-c", JAX_EPOCH.format(root=ROOT, out=out)], check=True, env=env, cwd=ROOT)
+    jax_epoch = np.load(out)
+    users, items, labels, rounds = DeviceTrainSampler(make_positives(), 200, 4, seed=7, rank=2).epoch_batches(1, 500, 15)
+    np.testing.assert_array_equal(np.asarray(users), jax_epoch["users"])
+    np.testing.assert_array_equal(np.asarray(items), jax_epoch["items"])
+    np.testing.assert_array_equal(np.asarray(labels), jax_epoch["labels"])
+    assert rounds == int(jax_epoch["rounds"])
