@@ -12,6 +12,14 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.fixture(autouse=True)
+def float32_policy_after_each_test():
+    """A training run sets Keras' global dtype policy (--precision); the next test must not inherit it."""
+    yield
+    if "keras" in sys.modules:
+        sys.modules["keras"].mixed_precision.set_global_policy("float32")
+
+
 def run_cli(*args, timeout=300, env=None):
     """Run `python -m ...` from the repo root; returns CompletedProcess with text output."""
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}

@@ -6,8 +6,9 @@ As the MLPerf reference (mlcommons/training image_classification/tensorflow/offi
   ("fixed padding": the output size does not depend on the input size being even), stride 1 uses "same";
 - kernels: variance scaling, scale 1, fan_in, truncated normal (tf.variance_scaling_initializer's defaults);
 - batch norm after every convolution with momentum 0.9, epsilon 1e-5 (the reference's _BATCH_NORM_DECAY and
-  _BATCH_NORM_EPSILON); optionally the last batch norm of each residual block starts with gamma 0 ("zero-init
-  residual"), which the reference does not do (off by default);
+  _BATCH_NORM_EPSILON), Keras' layer with one-pass statistics (layers/batch_norm.py); optionally the last batch
+  norm of each residual block starts with gamma 0 ("zero-init residual"), which the reference does not do (off by
+  default);
 - the stem is a 7x7/2 convolution, batch norm, ReLU and a 3x3/2 max pool ("same" padding), stages of blocks with
   strides 1, 2, 2, 2, and a projection shortcut (1x1 convolution + batch norm) on the first block of each stage.
   torchvision's ResNet (the SSD reference's backbone) differs only in that pool: nn.MaxPool2d(3, 2, padding=1) pads
@@ -24,6 +25,8 @@ import dataclasses
 
 import keras
 from keras import layers
+
+from mlperf_keras.layers.batch_norm import BatchNormalization
 
 RESNET_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 
@@ -54,7 +57,7 @@ def conv(x, filters: int, kernel: int, strides: int, name: str):
 
 
 def batch_norm(x, name: str, options: BlockOptions, zero_gamma: bool = False):
-    return layers.BatchNormalization(momentum=options.bn_momentum, epsilon=options.bn_epsilon,
+    return BatchNormalization(momentum=options.bn_momentum, epsilon=options.bn_epsilon,
                                      gamma_initializer="zeros" if zero_gamma else "ones", name=name)(x)
 
 
