@@ -38,8 +38,8 @@ case "${1:-}" in
     gpus=$(nvidia-smi -L | wc -l)
     for m in $MODELS; do
       ours "$m" 0 "${BATCH[$m]}" scale_1gpu
-      [ "$gpus" -ge 2 ] && ours "$m" 0,1 $((2 * ${BATCH[$m]})) scale_2gpu
-      [ "$gpus" -ge 4 ] && ours "$m" 0,1,2,3 $((4 * ${BATCH[$m]})) scale_4gpu
+      if [ "$gpus" -ge 2 ]; then ours "$m" 0,1 $((2 * ${BATCH[$m]})) scale_2gpu; fi
+      if [ "$gpus" -ge 4 ]; then ours "$m" 0,1,2,3 $((4 * ${BATCH[$m]})) scale_4gpu; fi
     done ;;
   *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling" >&2; exit 2 ;;
 esac

@@ -134,10 +134,13 @@ def test_jax_data_parallel_on_two_host_devices_agrees_with_one(tmp_path):
 
 
 @pytest.mark.skipif(pytest.importorskip("jax") is None, reason="needs jax")
-def test_jax_training_cli_uses_both_devices(prepared_ncf, tmp_path):
+@pytest.mark.parametrize("epoch_build", ["host", "device"])
+def test_jax_training_cli_uses_both_devices(prepared_ncf, tmp_path, epoch_build):
+    """With the epoch built on the device (inputs/ncf_device.py) its batches are re-split over both devices."""
     env = {**os.environ, "KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     proc = subprocess.run([sys.executable, "-m", "mlperf_keras.train", "--backend=jax", f"--data_dir={prepared_ncf}",
-                           f"--output_dir={tmp_path}", "--seed=1", "--max_epochs=4", f"--hparams={SMALL}"],
+                           f"--output_dir={tmp_path}", "--seed=1", "--max_epochs=4",
+                           f"--hparams={SMALL},epoch_build={epoch_build}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
