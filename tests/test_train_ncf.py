@@ -5,6 +5,8 @@ import dataclasses
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from mlperf_keras import distribute, loop
 from mlperf_keras.compliance import NCF_RULES
 from mlperf_keras.inputs.ncf import load_rows
 from mlperf_keras.metrics.ranking import hits_at_k
-from tests.conftest import run_cli, train_values
+from tests.conftest import ROOT, run_cli, train_values
 
 SMALL = "mf_dim=8,mlp_layers=32-32-16,batch_size=4096,learning_rate=0.003,beta_1=0.9,beta_2=0.999"
 
@@ -180,3 +182,64 @@ def test_epoch_built_on_the_device_trains_as_well(prepared_ncf, tmp_path):
     baseline = popularity_hit_rate(prepared_ncf)
     _, result = train(prepared_ncf, tmp_path, target=1.0, max_epochs=15, hparams=SMALL + ",epoch_build=device")
     assert result.quality > baseline + 0.1, (result.quality, baseline)
+
+
+def _gradients_of_sum(model, x):
+    """d sum(model(x)) / d trainable variables, dense, on the active backend; and the output's dtype."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        def total(trainable):
+            out = model.stateless_call(trainable, [v.value for v in model.non_trainable_variables], x)[0]
+            return jax.numpy.sum(out.astype("float32")), str(out.dtype)
+
+        grads, dtype = jax.grad(total, has_aux=True)([v.value for v in model.trainable_variables])
+        return grads, dtype
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        out = model(x)
+        total = tf.reduce_sum(tf.cast(out, tf.float32))
+    grads = tape.gradient(total, [v.value for v in model.trainable_variables])
+    return [tf.convert_to_tensor(g) for g in grads], out.dtype.name
+
+
+def bf16_to_float32_gradient_ratio(lookups=65_536):
+    """One (user, item) pair looked up `lookups` times: item 0's embedding gradient under mixed bf16 over the
+    float32 one (every row's gradient is the same, so a float32 sum is exact up to bf16 rounding of one row), and
+    the logit's dtype under bf16."""
+    import types
+
+    import keras
+
+    from mlperf_keras.workloads.ncf import NCF
+
+    workload = NCF()
+    hp = {**workload.reference_hparams("0.5"), "num_users": 50, "num_items": 20, "mf_dim": 8, "mlp_layers": (16, 8)}
+    x = {"user": np.zeros(lookups, np.int32), "item": np.zeros(lookups, np.int32)}
+    grads, dtype = {}, None
+    for policy in ("float32", "mixed_bfloat16"):
+        keras.mixed_precision.set_global_policy(policy)
+        model = workload.build_model(types.SimpleNamespace(hparams=hp, seed=1))
+        index = [v.path for v in model.trainable_variables].index("mf_item_embed/embeddings")
+        grad, dtype = _gradients_of_sum(model, x)
+        grads[policy] = np.asarray(grad[index])[0]
+    keras.mixed_precision.set_global_policy("float32")
+    return float(np.linalg.norm(grads["mixed_bfloat16"]) / np.linalg.norm(grads["float32"])), dtype
+
+
+def test_bf16_embedding_gradients_sum_in_float32_on_tensorflow():
+    ratio, dtype = bf16_to_float32_gradient_ratio()
+    assert abs(ratio - 1) < 0.01 and dtype == "float32", (ratio, dtype)
+
+
+def test_bf16_embedding_gradients_sum_in_float32_on_jax():
+    """Keras' Embedding on JAX sums a row's gradient in bf16 (it stops at 256 lookups' worth): layers/embedding.py."""
+    code = "from tests.test_train_ncf import bf16_to_float32_gradient_ratio as f; print(repr(f()))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ratio, dtype = eval(proc.stdout.strip().splitlines()[-1])
+    assert abs(ratio - 1) < 0.01 and dtype == "float32", (ratio, dtype)

@@ -44,7 +44,9 @@ def causal_mask(length):
 class SharedEmbedding(keras.layers.Layer):
     """Token embedding whose transposed matrix is also the output projection (logits), as the reference.
 
-    embed(ids) = E[ids] * sqrt(d_model), zero for the padding id; logits(x) = x E^T in float32.
+    embed(ids) = E[ids] * sqrt(d_model), zero for the padding id; logits(x) = x E^T in float32. E stays float32
+    when read (autocast=False): rows are gathered and then cast, so the lookup's gradient sums a frequent token's
+    rows in float32, not bf16 (layers/embedding.py says why that matters); the projection casts E itself.
     """
 
     def __init__(self, vocab_size: int, d_model: int, pad_id: int = 0, seed=None, **kwargs):
@@ -54,11 +56,11 @@ class SharedEmbedding(keras.layers.Layer):
     def build(self, input_shape=None):
         self.embeddings = self.add_weight(
             name="embeddings", shape=(self.vocab_size, self.d_model),
-            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5, seed=self.seed))
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5, seed=self.seed), autocast=False)
         self.built = True
 
     def call(self, ids):
-        x = ops.take(ops.cast(self.embeddings, self.compute_dtype), ids, axis=0)
+        x = ops.cast(ops.take(self.embeddings, ids, axis=0), self.compute_dtype)
         mask = ops.cast(ops.not_equal(ids, self.pad_id), self.compute_dtype)
         return x * ops.expand_dims(mask, -1) * ops.cast(self.d_model ** 0.5, self.compute_dtype)
 

@@ -71,6 +71,8 @@ class NCF(Workload):
     def build_model(self, config):
         import keras
 
+        from mlperf_keras.layers.embedding import Embedding
+
         hp = config.hparams
         builds_on_device(hp["epoch_build"])   # a bad value fails at start-up, not after the data is loaded
         if hp["mlp_layers"][0] % 2:
@@ -80,7 +82,8 @@ class NCF(Workload):
         items = keras.Input(shape=(), dtype="int32", name="item")
 
         def embedding(count, dim, name):
-            return keras.layers.Embedding(count, dim, embeddings_initializer=embed_init, name=name)
+            # Float32 lookups (layers/embedding.py): Keras' Embedding would sum a popular item's gradient in bf16.
+            return Embedding(count, dim, embeddings_initializer=embed_init, name=name)
 
         mf = keras.layers.Multiply(name="gmf")([
             embedding(hp["num_users"], hp["mf_dim"], "mf_user_embed")(users),
@@ -95,7 +98,7 @@ class NCF(Workload):
         both = keras.layers.Concatenate(name="neumf")([mf, mlp])
         logit = keras.layers.Dense(1, name="final", dtype="float32",
                                    kernel_initializer=keras.initializers.LecunUniform(seed=config.seed))(both)
-        logit = keras.layers.Reshape((), name="logit")(logit)
+        logit = keras.layers.Reshape((), name="logit", dtype="float32")(logit)  # a bf16 Reshape would round it
         return keras.Model({"user": users, "item": items}, logit, name="neumf")
 
     def build_optimizer(self, config, steps_per_epoch):
