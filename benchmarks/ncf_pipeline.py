@@ -24,7 +24,7 @@ the end of every epoch, and --cores only pins the host thread that drives it.
 Per configuration: one human line and one JSON line with samples/s (positives + negatives served in batches),
 samples/s per core, samples per CPU-second (process CPU time, which holds even on a shared machine), the time to
 build one epoch (negatives + shuffle: the time to the first batch); then how many cores that rate means for one
-H200, which consumes 134.3 million samples/s at this batch (benchmarks/RESULTS.md).
+H200, which consumes 194.7 million samples/s at this batch (benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-H200_SAMPLES_PER_S = 134.3e6  # our NCF train step, batch 1,048,576, one H200, JAX bf16 (benchmarks/RESULTS.md)
+H200_SAMPLES_PER_S = 194.7e6  # our NCF train step, batch 1,048,576, one H200, JAX bf16 (benchmarks/RESULTS.md)
 
 
 def ensure_data(work_dir: str, users: int, items: int, mean_ratings: float) -> str:
@@ -151,7 +151,7 @@ def main():
         print(f"ncf train stream, epoch built on the {args.epoch_build}, batch {args.batch:,}: {rate / 1e6:6.2f} M samples/s on {cores} core(s) = "
               f"{per_core / 1e6:6.2f} M samples/s per core ({r['samples'] / r['cpu_seconds'] / 1e6:.2f} M per "
               f"CPU-second); one epoch ({r['samples_per_epoch']:,} samples, {r['steps_per_epoch']} batches) builds "
-              f"in {r['epoch_build_s']:.2f} s, {r['epoch_build_cpu_s']:.2f} CPU-s; one H200 (134.3 M samples/s) "
+              f"in {r['epoch_build_s']:.2f} s, {r['epoch_build_cpu_s']:.2f} CPU-s; one H200 (194.7 M samples/s) "
               f"needs {needed} such cores ({needed_cpu} at the CPU-second rate); load average {load:.1f}",
               flush=True)
         print(json.dumps({"workload": "ncf", "epoch_build": args.epoch_build, "cores": cores, "batch": args.batch, "samples": r["samples"],

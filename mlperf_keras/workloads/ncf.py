@@ -178,7 +178,7 @@ class _NcfTrainData(TrainData):
     def __init__(self, config, positives, steps, rank):
         hp = config.hparams
         if builds_on_device(hp["epoch_build"]):
-            # An H200 trains an ml-20m epoch in 0.76 s; the host needs seconds to build one (inputs/ncf_device.py).
+            # An H200 trains an ml-20m epoch in about 0.5 s; the host needs seconds to build one (inputs/ncf_device.py).
             from mlperf_keras.inputs.ncf_device import DeviceTrainSampler
 
             self.sampler = DeviceTrainSampler(positives, hp["num_items"], hp["negatives"], config.seed, rank)
