@@ -56,8 +56,8 @@ def _sort_key(counters, key0, key1):
 
 
 class DeviceTrainSampler:
-    """TrainSampler's epoch, computed on the device. Same constructor arguments, and batches() yields device
-    tensors ({"user", "item"} inputs are produced by the workload; here ((users, items), labels))."""
+    """inputs/ncf.TrainSampler's epoch computed on the device: the same constructor arguments (less `threads`), and
+    batches() yields ((users, items), labels) as device tensors instead of NumPy arrays."""
 
     def __init__(self, positives: np.ndarray, num_items: int, negatives: int, seed: int, rank: int = 0):
         from keras import ops
