@@ -6,7 +6,7 @@ As the MLPerf reference (mlcommons/training image_classification/tensorflow/offi
   ("fixed padding": the output size does not depend on the input size being even), stride 1 uses "same";
 - kernels: variance scaling, scale 1, fan_in, truncated normal (tf.variance_scaling_initializer's defaults);
 - batch norm after every convolution with momentum 0.9, epsilon 1e-5 (the reference's _BATCH_NORM_DECAY and
-  _BATCH_NORM_EPSILON), Keras' layer with one-pass statistics (layers/batch_norm.py); optionally the last batch
+  _BATCH_NORM_EPSILON), for ResNet-50 with one-pass statistics (layers/batch_norm.py); optionally the last batch
   norm of each residual block starts with gamma 0 ("zero-init residual"), which the reference does not do (off by
   default);
 - the stem is a 7x7/2 convolution, batch norm, ReLU and a 3x3/2 max pool ("same" padding), stages of blocks with
@@ -36,6 +36,9 @@ class BlockOptions:
     bn_momentum: float = 0.9
     bn_epsilon: float = 1e-5
     zero_init_residual: bool = False
+    # layers/batch_norm.py's one-pass statistics (ResNet-50); off: Keras' own layer (SSD, where the tiny overfitting
+    # test did worse with them, see that module).
+    one_pass_batch_norm: bool = False
 
 
 def _kernel_init():
@@ -57,8 +60,9 @@ def conv(x, filters: int, kernel: int, strides: int, name: str):
 
 
 def batch_norm(x, name: str, options: BlockOptions, zero_gamma: bool = False):
-    return BatchNormalization(momentum=options.bn_momentum, epsilon=options.bn_epsilon,
-                                     gamma_initializer="zeros" if zero_gamma else "ones", name=name)(x)
+    layer = BatchNormalization if options.one_pass_batch_norm else layers.BatchNormalization
+    return layer(momentum=options.bn_momentum, epsilon=options.bn_epsilon,
+                 gamma_initializer="zeros" if zero_gamma else "ones", name=name)(x)
 
 
 def conv_bn(x, filters: int, kernel: int, strides: int, name: str, options: BlockOptions, relu: bool = True,

@@ -130,7 +130,7 @@ class ResNet50(Workload):
         hp = config.hparams
         self._num_classes, self._label_smoothing = hp["num_classes"], hp["label_smoothing"]
         options = resnet.BlockOptions(bn_momentum=hp["bn_momentum"], bn_epsilon=hp["bn_epsilon"],
-                                      zero_init_residual=hp["zero_init_residual"])
+                                      zero_init_residual=hp["zero_init_residual"], one_pass_batch_norm=True)
         return resnet.classifier(hp["image_size"], hp["num_classes"], block_sizes=hp["block_sizes"],
                                  bottleneck=True, width=hp["width"], mean=hp["mean"], std=hp["std"],
                                  options=options, name="resnet50_v1_5")
