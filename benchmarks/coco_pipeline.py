@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from child_process import ROOT, run_child
+
 sys.path.insert(0, ROOT)
 
 
@@ -103,13 +103,9 @@ def main():
     if args.eval:
         configs += [dict(cores=c, max_samples=1, decode="full", eval=True) for c in args.cores.split(",")]
     for config in configs:
-        command = [sys.executable, os.path.abspath(__file__), "--_child", f"--data_dir={data_dir}",
-                   f"--batch={args.batch}", f"--batches={args.batches}", f"--warmup={args.warmup}",
-                   *(f"--{k}={v}" for k, v in config.items() if k != "eval"), *(["--eval"] if config["eval"] else [])]
-        out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-        if out.returncode:
-            sys.exit(f"{' '.join(command)} failed:\n{out.stderr[-3000:]}")
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = run_child(__file__, f"--data_dir={data_dir}", f"--batch={args.batch}", f"--batches={args.batches}",
+                      f"--warmup={args.warmup}", *(f"--{k}={v}" for k, v in config.items() if k != "eval"),
+                      *(["--eval"] if config["eval"] else []))
         rate, cores = r["images"] / r["seconds"], int(config["cores"])
         what = "eval (decode, resize 300)" if config["eval"] else (
             f"train max_samples={config['max_samples']:>2} decode={config['decode']:<5}")

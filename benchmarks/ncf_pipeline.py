@@ -30,16 +30,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import subprocess
 import sys
 import time
 import types
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from child_process import ROOT, cores_for, run_child
+
 sys.path.insert(0, ROOT)
 
 H200_SAMPLES_PER_S = 194.7e6  # our NCF train step, batch 1,048,576, one H200, JAX bf16 (benchmarks/RESULTS.md)
@@ -136,25 +135,23 @@ def main():
           f"{counts['train_positives']:,} training positives; batch {args.batch:,}; {os.cpu_count()} cores here, "
           f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
     for cores in (int(c) for c in args.cores.split(",")):
-        command = [sys.executable, os.path.abspath(__file__), "--_child", f"--data_dir={data_dir}",
-                   f"--cores={cores}", f"--batch={args.batch}", f"--epochs={args.epochs}",
-                   f"--warmup_epochs={args.warmup_epochs}", f"--epoch_build={args.epoch_build}"]
-        out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-        if out.returncode:
-            sys.exit(f"{' '.join(command)} failed:\n{out.stderr[-3000:]}")
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = run_child(__file__, f"--data_dir={data_dir}", f"--cores={cores}", f"--batch={args.batch}",
+                      f"--epochs={args.epochs}", f"--warmup_epochs={args.warmup_epochs}",
+                      f"--epoch_build={args.epoch_build}")
         rate = r["samples"] / r["seconds"]
         per_core = rate / cores
         load = os.getloadavg()[0]
-        needed = math.ceil(H200_SAMPLES_PER_S / per_core)
-        needed_cpu = math.ceil(H200_SAMPLES_PER_S * r["cpu_seconds"] / r["samples"])
-        print(f"ncf train stream, epoch built on the {args.epoch_build}, batch {args.batch:,}: {rate / 1e6:6.2f} M samples/s on {cores} core(s) = "
+        needed, needed_cpu = cores_for(H200_SAMPLES_PER_S, per_core, r["samples"], r["cpu_seconds"])
+        print(f"ncf train stream, epoch built on the {args.epoch_build}, batch {args.batch:,}: "
+              f"{rate / 1e6:6.2f} M samples/s on {cores} core(s) = "
               f"{per_core / 1e6:6.2f} M samples/s per core ({r['samples'] / r['cpu_seconds'] / 1e6:.2f} M per "
               f"CPU-second); one epoch ({r['samples_per_epoch']:,} samples, {r['steps_per_epoch']} batches) builds "
-              f"in {r['epoch_build_s']:.2f} s, {r['epoch_build_cpu_s']:.2f} CPU-s; one H200 (194.7 M samples/s) "
+              f"in {r['epoch_build_s']:.2f} s, {r['epoch_build_cpu_s']:.2f} CPU-s; one H200 "
+              f"({H200_SAMPLES_PER_S / 1e6:.1f} M samples/s) "
               f"needs {needed} such cores ({needed_cpu} at the CPU-second rate); load average {load:.1f}",
               flush=True)
-        print(json.dumps({"workload": "ncf", "epoch_build": args.epoch_build, "cores": cores, "batch": args.batch, "samples": r["samples"],
+        print(json.dumps({"workload": "ncf", "epoch_build": args.epoch_build, "cores": cores, "batch": args.batch,
+                          "samples": r["samples"],
                           "batches": r["batches"], "seconds": round(r["seconds"], 4),
                           "cpu_seconds": round(r["cpu_seconds"], 4), "samples_per_s": round(rate),
                           "samples_per_s_per_core": round(per_core),

@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import subprocess
 import sys
 import time
 import types
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from child_process import ROOT, cores_for, run_child
+
 sys.path.insert(0, ROOT)
 
 H200_TOKENS_PER_S = 208_930  # our Transformer-big train step, 8,192 tokens per batch, one H200, JAX bf16 (RESULTS.md)
@@ -177,18 +176,12 @@ def main():
           flush=True)
     for cores in (int(c) for c in args.cores.split(",")):
         for batch_tokens in (int(b) for b in args.batch_tokens.split(",")):
-            command = [sys.executable, os.path.abspath(__file__), "--_child", f"--data_dir={data_dir}",
-                       f"--cores={cores}", f"--batch_tokens={batch_tokens}", f"--batches={args.batches}",
-                       f"--warmup={args.warmup}"]
-            out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-            if out.returncode:
-                sys.exit(f"{' '.join(command)} failed:\n{out.stderr[-3000:]}")
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r = run_child(__file__, f"--data_dir={data_dir}", f"--cores={cores}", f"--batch_tokens={batch_tokens}",
+                          f"--batches={args.batches}", f"--warmup={args.warmup}")
             rate = r["target_tokens"] / r["seconds"]
             per_core = rate / cores
             load = os.getloadavg()[0]
-            needed = math.ceil(H200_TOKENS_PER_S / per_core)
-            needed_cpu = math.ceil(H200_TOKENS_PER_S * r["cpu_seconds"] / r["target_tokens"])
+            needed, needed_cpu = cores_for(H200_TOKENS_PER_S, per_core, r["target_tokens"], r["cpu_seconds"])
             warning = "" if r["steady_state"] else (" [the timed batches ran past the data behind the shuffle "
                                                     "buffer: prepare more --pairs]")
             print(f"transformer train pipeline, {batch_tokens:,} tokens per batch: {rate:9,.0f} target tokens/s on "

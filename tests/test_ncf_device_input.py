@@ -124,7 +124,8 @@ def test_tensorflow_and_jax_build_the_same_epoch(tmp_path):
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     subprocess.run([sys.executable, "-c", JAX_EPOCH.format(root=ROOT, out=out)], check=True, env=env, cwd=ROOT)
     jax_epoch = np.load(out)
-    users, items, labels, rounds = DeviceTrainSampler(make_positives(), 200, 4, seed=7, rank=2).epoch_batches(1, 500, 15)
+    sampler = DeviceTrainSampler(make_positives(), 200, 4, seed=7, rank=2)
+    users, items, labels, rounds = sampler.epoch_batches(1, 500, 15)
     np.testing.assert_array_equal(np.asarray(users), jax_epoch["users"])
     np.testing.assert_array_equal(np.asarray(items), jax_epoch["items"])
     np.testing.assert_array_equal(np.asarray(labels), jax_epoch["labels"])

@@ -217,7 +217,8 @@ def bf16_to_float32_gradient_ratio(lookups=65_536):
     from mlperf_keras.workloads.ncf import NCF
 
     workload = NCF()
-    hp = {**workload.reference_hparams("0.5"), "num_users": 50, "num_items": 20, "mf_dim": 8, "mlp_layers": (16, 8)}
+    hp = {**workload.reference_hparams("0.5"), "num_users": 50, "num_items": 20, "mf_dim": 8,
+          "mlp_layers": (16, 8)}
     x = {"user": np.zeros(lookups, np.int32), "item": np.zeros(lookups, np.int32)}
     grads, dtype = {}, None
     for policy in ("float32", "mixed_bfloat16"):

@@ -70,12 +70,12 @@ class DeviceTrainSampler:
         # Each positive's user block [start, end) in the sorted positives: the items that user rated.
         first = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
         sizes = np.diff(np.r_[first, len(users)])
-        self.block_start = np.repeat(first, sizes).astype(np.int32)
-        self.block_end = (self.block_start + np.repeat(sizes, sizes)).astype(np.int32)
+        block_start = np.repeat(first, sizes).astype(np.int32)
+        block_end = (block_start + np.repeat(sizes, sizes)).astype(np.int32)
         self.search_steps = max(1, math.ceil(math.log2(int(sizes.max()) + 1)))
         self.num_positives = len(users)
         self.num_items, self.negatives, self.seed, self.rank = num_items, negatives, seed, rank
-        self._device = [ops.convert_to_tensor(a) for a in (users, items, self.block_start, self.block_end)]
+        self._device = [ops.convert_to_tensor(a) for a in (users, items, block_start, block_end)]
         self._compiled = {}
 
     @property
