@@ -3,6 +3,8 @@
 # mlperf-logging in .whl/, since the machine has JAX and PyTorch but no Keras):
 #   bash benchmarks/gpu_suite.sh peers     # 1 GPU: ours (loop and bare step) and the PyTorch peer, per workload
 #   bash benchmarks/gpu_suite.sh scaling   # 1 and 2 GPUs, per-GPU batch fixed (weak scaling), JAX DataParallel
+#   bash benchmarks/gpu_suite.sh transformer  # the Transformer against its peer on our own batch, and step variants
+#                                             # (VARIANTS="flags;flags;..." picks benchmarks/transformer_variants.py runs)
 # Each result is one JSON line appended to $OUT/results.jsonl.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_suite}
@@ -17,12 +19,20 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 STEPS=${STEPS:-30}
 declare -A BATCH=([ncf]=1048576 [resnet]=256 [ssd]=128 [transformer]=8192)
 MODELS=${MODELS:-"ncf resnet ssd transformer"}
+RUNS=/tmp/gpu_suite_runs  # one JSON per run (only a few files may come back from $OUT)
+mkdir -p "$RUNS"
 
-ours() {  # model gpus global_batch tag
-  local json="$OUT/$1_$4.json"
-  CUDA_VISIBLE_DEVICES=$2 python3 -m mlperf_keras.benchmark --model="$1" --backend=jax --flagfile=flags/h200.flags \
-    --batch_size="$3" --steps="$STEPS" --warmup_steps=5 --json_out="$json" 2>&1 | grep -E "^ |on [0-9]+ x" || echo "FAILED: $1 $4"
-  [ -f "$json" ] && python3 -c "import json,sys; d=json.load(open('$json')); d['tag']='$4'; print(json.dumps(d))" >> "$OUT/results.jsonl"
+ours() {  # model gpus global_batch tag [--variant="variant flags" | other benchmark flags]
+  local json="$RUNS/$1_$4.json" m=$1 gpus=$2 batch=$3 tag=$4 entry=(-m mlperf_keras.benchmark)
+  shift 4
+  if [[ "${1:-}" == --variant=* ]]; then
+    read -ra entry <<< "benchmarks/transformer_variants.py ${1#--variant=} --"
+    shift
+  fi
+  CUDA_VISIBLE_DEVICES=$gpus python3 "${entry[@]}" --model="$m" --backend=jax --flagfile=flags/h200.flags \
+    --batch_size="$batch" --steps="$STEPS" --warmup_steps=5 --json_out="$json" "$@" 2>&1 \
+    | grep -E "^ |on [0-9]+ x|^variant" || echo "FAILED: $m $tag"
+  [ -f "$json" ] && python3 -c "import json,sys; d=json.load(open('$json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
 }
 
 case "${1:-}" in
@@ -30,7 +40,7 @@ case "${1:-}" in
     for m in $MODELS; do
       ours "$m" 0 "${BATCH[$m]}" ours_1gpu
       extra=""
-      [ "$m" = transformer ] && extra="--seq_len=$(python3 -c "import json; print(json.load(open('$OUT/${m}_ours_1gpu.json'))['batch_shapes']['source'][1])")"
+      [ "$m" = transformer ] && extra="--seq_len=$(python3 -c "import json; print(json.load(open('$RUNS/${m}_ours_1gpu.json'))['batch_shapes']['source'][1])")"
       CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model="$m" --batch_size="${BATCH[$m]}" --steps="$STEPS" \
         --warmup_steps=5 $extra 2>/dev/null | tail -1 | tee -a "$OUT/results.jsonl" || echo "FAILED: peer $m"
     done ;;
@@ -41,5 +51,19 @@ case "${1:-}" in
       if [ "$gpus" -ge 2 ]; then ours "$m" 0,1 $((2 * ${BATCH[$m]})) scale_2gpu; fi
       if [ "$gpus" -ge 4 ]; then ours "$m" 0,1,2,3 $((4 * ${BATCH[$m]})) scale_4gpu; fi
     done ;;
-  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling" >&2; exit 2 ;;
+  transformer)
+    # Ours as shipped, saving its batch; the peer on that same padded batch (padding masked) and on an unpadded
+    # batch of the same shape; then our step with one part swapped (benchmarks/transformer_variants.py).
+    ours transformer 0 8192 ours_1gpu --seed=1 --save_batch="$RUNS/transformer_batch.npz"
+    for peer in "--batch_file=$RUNS/transformer_batch.npz" \
+                "--seq_len=$(python3 -c "import json; print(json.load(open('$RUNS/transformer_ours_1gpu.json'))['batch_shapes']['source'][1])")"; do
+      CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model=transformer --batch_size=8192 --steps="$STEPS" \
+        --warmup_steps=5 $peer 2>/dev/null | tail -1 | tee -a "$OUT/results.jsonl" || echo "FAILED: peer $peer"
+    done
+    IFS=';' read -ra variants <<< "${VARIANTS:---dropout=hash;--dropout=rbg;--dropout=off;--attention=bf16_logits;--fused_projections}"
+    for v in "${variants[@]}"; do
+      tag=$(echo "$v" | tr -c 'a-z0-9\n' '_')
+      ours transformer 0 8192 "variant$tag" --variant="$v" --seed=1
+    done ;;
+  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|transformer" >&2; exit 2 ;;
 esac

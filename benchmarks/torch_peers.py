@@ -91,26 +91,42 @@ class TransformerBig(nn.Module):
         self.register_buffer("positions", table)
         self.scale = d_model ** 0.5
 
-    def forward(self, source, target_in):
+    def forward(self, source, target_in, padded=False):
         def embed(tokens):
             return self.embed(tokens) * self.scale + self.positions[: tokens.shape[1]]
         mask = self.core.generate_square_subsequent_mask(target_in.shape[1], device=source.device)
-        hidden = self.core(embed(source), embed(target_in), tgt_mask=mask, tgt_is_causal=True)
+        pads = {}
+        if padded:
+            # As ours: no query attends to padded source positions. The decoder's self-attention is only causal:
+            # target_input starts with the id 0, and padded target positions come last, seen only by other padded
+            # positions, whose loss is masked.
+            keys = torch.zeros(source.shape, device=source.device).masked_fill(source == 0, float("-inf"))
+            pads = {"src_key_padding_mask": keys, "memory_key_padding_mask": keys}
+        hidden = self.core(embed(source), embed(target_in), tgt_mask=mask, tgt_is_causal=True, **pads)
         return hidden @ self.embed.weight.t()
 
 
-def transformer_setup(batch_tokens, seq_len=64):
-    sentences = batch_tokens // seq_len
+def transformer_setup(batch_tokens, seq_len=64, batch_file=None):
+    """Unpadded random sentences of seq_len tokens, or (batch_file) the exact batch our benchmark measured
+    (mlperf_keras.benchmark --save_batch), with its padding masked in attention and in the loss."""
     model = TransformerBig().cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.997), eps=1e-9, fused=True)
-    source = torch.randint(1, 33_708, (sentences, seq_len), device="cuda")
-    target = torch.randint(1, 33_708, (sentences, seq_len + 1), device="cuda")
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
+    if batch_file:
+        import numpy as np
+
+        batch = np.load(batch_file)
+        source, target_in, target = (torch.from_numpy(batch[k]).long().cuda()
+                                     for k in ("source", "target_input", "labels"))
+    else:
+        sentences = batch_tokens // seq_len
+        source = torch.randint(1, 33_708, (sentences, seq_len), device="cuda")
+        target_in, target = torch.randint(1, 33_708, (2, sentences, seq_len), device="cuda")
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1, ignore_index=0)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(source, target[:, :-1])
-            loss = loss_fn(logits.float().reshape(-1, logits.shape[-1]), target[:, 1:].reshape(-1))
+            logits = model(source, target_in, padded=batch_file is not None)
+            loss = loss_fn(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -202,10 +218,15 @@ def main():
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup_steps", type=int, default=10)
     parser.add_argument("--seq_len", type=int, default=64, help="transformer: tokens per sentence (source and target)")
+    parser.add_argument("--batch_file", help="transformer: time this batch instead (an .npz written by "
+                        "python -m mlperf_keras.benchmark --save_batch), padding included and masked")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     setup = PEERS[args.model]
-    step = torch.compile(setup(args.batch_size, args.seq_len) if args.model == "transformer" else setup(args.batch_size))
+    if args.model == "transformer":
+        step = torch.compile(setup(args.batch_size, args.seq_len, args.batch_file))
+    else:
+        step = torch.compile(setup(args.batch_size))
     for _ in range(args.warmup_steps):
         step()
     torch.cuda.synchronize()
@@ -213,9 +234,17 @@ def main():
     for _ in range(args.steps):
         step()
     torch.cuda.synchronize()
-    samples = (args.batch_size // args.seq_len) * args.seq_len if args.model == "transformer" else args.batch_size
+    if args.model != "transformer":
+        samples = args.batch_size
+    elif args.batch_file:  # real (non-padding) target tokens, as ours counts them
+        import numpy as np
+
+        samples = int(np.count_nonzero(np.load(args.batch_file)["labels"]))
+    else:
+        samples = (args.batch_size // args.seq_len) * args.seq_len
     rate = args.steps * samples / (time.perf_counter() - start)
-    print(json.dumps({"peer": args.model, "samples_per_s": rate, "torch": torch.__version__,
+    print(json.dumps({"peer": args.model, "samples_per_s": rate, "samples_per_step": samples,
+                      "batch": "ours (padded)" if args.batch_file else "unpadded", "torch": torch.__version__,
                       "device": torch.cuda.get_device_name()}))
 
 

@@ -28,6 +28,9 @@ from mlperf_keras.config import ConfigError
 flags.DEFINE_integer("steps", 50, "Timed steps per measurement.")
 flags.DEFINE_integer("warmup_steps", 5, "Untimed steps first (compilation, autotuning).")
 flags.DEFINE_string("json_out", None, "Also write the results as JSON to this file.")
+flags.DEFINE_string("save_batch", None, "Also write the measured batch to this .npz (inputs under their names, "
+                    "labels as 'labels'), so that a peer can be timed on the same data "
+                    "(benchmarks/torch_peers.py --batch_file).")
 FLAGS = flags.FLAGS
 
 
@@ -67,6 +70,12 @@ def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers
             "loop_vs_bare": through_loop / bare}
 
 
+def save_batch(path: str, host_batch) -> None:
+    x, y = host_batch
+    arrays = dict(x) if isinstance(x, dict) else {"inputs": x}
+    np.savez(path, labels=np.asarray(y), **{k: np.asarray(v) for k, v in arrays.items()})
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -87,6 +96,8 @@ def main(argv):
         host_batch = next(iter(source.batches(0)))
         samples_per_step = workload.samples_in_batch(host_batch, config) * dist.world_size
         batch = step.to_device(host_batch)
+        if FLAGS.save_batch and dist.is_chief:
+            save_batch(FLAGS.save_batch, host_batch)
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
