@@ -1,16 +1,21 @@
 """Experiment: where does the Transformer's step time go on JAX? The same benchmark with one part swapped.
 
-    KERAS_BACKEND=jax python benchmarks/transformer_variants.py [--dropout=keras|hash|rbg|off] \
-        [--attention=shipped|bf16_logits|cudnn] [--fused_projections] -- <python -m mlperf_keras.benchmark flags>
+    KERAS_BACKEND=jax python benchmarks/transformer_variants.py [--dropout=shipped|keras|rbg|off] \
+        [--attention=shipped|bf16_logits|f32_accumulate|cudnn] [--fused_projections] [--loss=shipped|logsumexp] \
+        -- <python -m mlperf_keras.benchmark flags>
 
-- --dropout: `keras` is Keras' dropout as shipped (jax.random.bernoulli, threefry bits); `hash` draws the keep mask
-  from a counter hash of each element's index and the layer's seed, elementwise integer ops that XLA fuses into the
-  consumer; `rbg` draws it with jax.random's "rbg" generator (XLA's RngBitGenerator, Philox on GPU); `off` skips every dropout (the ceiling of a free generator, not a valid training run).
+- --dropout: `shipped` is layers/dropout.py (counter-hash keep masks, fused by XLA); `keras` is Keras' dropout
+  (jax.random.bernoulli, threefry bits); `rbg` draws the mask with jax.random's "rbg" generator (XLA's
+  RngBitGenerator, Philox on GPU); `off` skips every dropout (the ceiling of a free generator, not a valid run).
 - --attention: `shipped` computes the logits from float32 copies of q and k; `bf16_logits` multiplies in the compute
-  dtype and casts the product; `cudnn` calls jax.nn.dot_product_attention(implementation="cudnn") and so has no
-  dropout on the attention weights (the ceiling of a fused kernel, not a valid training run).
+  dtype and casts the bf16 product; `f32_accumulate` multiplies bf16 operands into a float32 product
+  (jnp.einsum(preferred_element_type=float32), as cuBLAS accumulates); `cudnn` calls
+  jax.nn.dot_product_attention(implementation="cudnn") and so has no dropout on the attention weights (the ceiling
+  of a fused kernel, not a valid training run).
 - --fused_projections: one matmul for q, k and v (self-attention) or k and v (cross-attention), with the kernels
   concatenated at call time.
+- --loss: `logsumexp` computes the same label-smoothed cross entropy as lse(z) - c z_t - l (sum(z) - z_t), two
+  reductions over the logits instead of a materialised log-softmax.
 Everything after `--` goes to python -m mlperf_keras.benchmark. Results: benchmarks/RESULTS.md.
 """
 from __future__ import annotations
@@ -22,46 +27,38 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _lowbias32(h):
-    import jax.numpy as jnp
+def keras_dropout(self, inputs, training=False):
+    import keras
 
-    h = h ^ (h >> 16)
-    h = h * jnp.uint32(0x7FEB352D)
-    h = h ^ (h >> 15)
-    h = h * jnp.uint32(0x846CA68B)
-    return h ^ (h >> 16)
+    return keras.layers.Dropout.call(self, inputs, training=training)
 
 
-def hash_dropout(inputs, rate, noise_shape=None, seed=None):
+def rbg_dropout(self, inputs, training=False):
     import jax
     import jax.numpy as jnp
-    from keras.src.backend.jax.random import jax_draw_seed
 
-    if rate == 0.0:
+    if not training or self.rate == 0:
         return inputs
-    key = jax_draw_seed(seed).astype(jnp.uint32)
-    shape = inputs.shape
-    index = jnp.zeros(shape, jnp.uint32)
-    stride = 1
-    for axis in reversed(range(len(shape))):
-        index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
-        stride *= shape[axis]
-    bits = _lowbias32(_lowbias32(index ^ key[0]) + key[1])
-    keep = bits >= jnp.uint32(min(int(rate * 2.0 ** 32), 2 ** 32 - 1))
-    return jnp.where(keep, inputs * jnp.asarray(1.0 / (1.0 - rate), inputs.dtype), jnp.zeros_like(inputs))
-
-
-def rbg_dropout(inputs, rate, noise_shape=None, seed=None):
-    import jax
-    import jax.numpy as jnp
-    from keras.src.backend.jax.random import jax_draw_seed
-
-    if rate == 0.0:
-        return inputs
-    seed = jax_draw_seed(seed).astype(jnp.uint32)
+    seed = self.seed_generator.next().astype(jnp.uint32)
     key = jax.random.wrap_key_data(jnp.concatenate([seed, seed ^ jnp.uint32(0x9E3779B9)]), impl="rbg")
-    keep = jax.random.bernoulli(key, 1.0 - rate, inputs.shape)
-    return jnp.where(keep, inputs * jnp.asarray(1.0 / (1.0 - rate), inputs.dtype), jnp.zeros_like(inputs))
+    keep = jax.random.bernoulli(key, 1.0 - self.rate, inputs.shape)
+    return jnp.where(keep, inputs * jnp.asarray(1.0 / (1.0 - self.rate), inputs.dtype), jnp.zeros_like(inputs))
+
+
+def logsumexp_loss(targets, logits, smoothing, vocab_size):
+    import numpy as np
+    from keras import ops
+
+    from mlperf_keras.workloads.transformer import PAD_ID
+
+    confidence, low = 1.0 - smoothing, smoothing / (vocab_size - 1)
+    z = ops.cast(logits, "float32")
+    targets = ops.cast(targets, "int32")
+    z_true = ops.squeeze(ops.take_along_axis(z, ops.expand_dims(targets, -1), axis=-1), -1)
+    xent = ops.logsumexp(z, axis=-1) - confidence * z_true - low * (ops.sum(z, axis=-1) - z_true)
+    normaliser = -(confidence * np.log(confidence) + (vocab_size - 1) * low * np.log(low + 1e-20))
+    weights = ops.cast(ops.not_equal(targets, PAD_ID), "float32")
+    return ops.sum((xent - normaliser) * weights) / ops.maximum(ops.sum(weights), 1.0)
 
 
 def patch_attention(mode: str, fused: bool):
@@ -81,7 +78,11 @@ def patch_attention(mode: str, fused: bool):
             out = jax.nn.dot_product_attention(q, ops.cast(k, x.dtype), ops.cast(v, x.dtype), mask=mask, scale=1.0,
                                                implementation="cudnn")
         else:
-            if mode == "bf16_logits":
+            if mode == "f32_accumulate":
+                import jax.numpy as jnp
+
+                logits = jnp.einsum("bthd,bshd->bhts", q, k.astype(q.dtype), preferred_element_type=jnp.float32)
+            elif mode == "bf16_logits":
                 logits = ops.cast(ops.einsum("bthd,bshd->bhts", q, ops.cast(k, q.dtype)), "float32")
             else:
                 logits = ops.einsum("bthd,bshd->bhts", ops.cast(q, "float32"), ops.cast(k, "float32"))
@@ -108,22 +109,27 @@ def patch_attention(mode: str, fused: bool):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dropout", choices=("keras", "hash", "rbg", "off"), default="keras")
-    parser.add_argument("--attention", choices=("shipped", "bf16_logits", "cudnn"), default="shipped")
+    parser.add_argument("--dropout", choices=("shipped", "keras", "rbg", "off"), default="shipped")
+    parser.add_argument("--attention", choices=("shipped", "bf16_logits", "f32_accumulate", "cudnn"),
+                        default="shipped")
     parser.add_argument("--fused_projections", action="store_true")
+    parser.add_argument("--loss", choices=("shipped", "logsumexp"), default="shipped")
     args, rest = parser.parse_known_args()
-    import keras  # noqa: F401
-    from keras.src.backend.jax import random as jax_random
+    from mlperf_keras.layers import dropout
+    from mlperf_keras.workloads import transformer
 
-    if args.dropout == "hash":
-        jax_random.dropout = hash_dropout
+    if args.dropout == "keras":
+        dropout.Dropout.call = keras_dropout
     elif args.dropout == "rbg":
-        jax_random.dropout = rbg_dropout
+        dropout.Dropout.call = rbg_dropout
     elif args.dropout == "off":
-        jax_random.dropout = lambda inputs, rate, noise_shape=None, seed=None: inputs
+        dropout.Dropout.call = lambda self, inputs, training=False: inputs
     if args.attention != "shipped" or args.fused_projections:
         patch_attention(args.attention, args.fused_projections)
-    print(f"variant: dropout={args.dropout} attention={args.attention} fused_projections={args.fused_projections}")
+    if args.loss == "logsumexp":
+        transformer.smoothed_cross_entropy = logsumexp_loss
+    print(f"variant: dropout={args.dropout} attention={args.attention} fused_projections={args.fused_projections} "
+          f"loss={args.loss}")
     from absl import app
 
     from mlperf_keras import benchmark

@@ -9,10 +9,8 @@ distribution as the host sampler's (and the reference's):
 - the whole epoch in a uniformly random order, in `steps` batches of `batch` (the end wraps to the start so every
   batch has the same shape, as TrainSampler.batches does).
 
-Randomness is a counter-based generator: bits(i, key) = mix(mix(i ^ key0) ^ key1), mix being the lowbias32 integer
-hash (Chris Wellons' hash-prospector, two xor-shift-multiply rounds). Written here because it has to be traced with
-runtime keys on both backends and give the same bits on both: keras.random on TensorFlow only takes Python ints or
-SeedGenerators as seeds (a new compilation every epoch), and keras.random.shuffle sorts float32 keys, whose 24
+Randomness is counter-based (mlperf_keras/counter_hash.py): bits are a pure function of an index and six 32-bit
+keys per epoch, the same on TensorFlow and JAX. keras.random.shuffle is not used: it sorts float32 keys, whose 24
 random bits tie hundreds of thousands of pairs at 100 M elements. The shuffle sorts twice by 31-bit keys, the
 second time over the result of the first, as jax.random.permutation does: ties are then resolved by 62 bits.
 
@@ -26,27 +24,10 @@ import math
 
 import numpy as np
 
+from mlperf_keras.counter_hash import GOLDEN, mix, random_bits
 from mlperf_keras.inputs.manifest import DataError
 
-_MIX_1, _MIX_2, _GOLDEN = 0x7FEB352D, 0x846CA68B, 0x9E3779B9
 MAX_ROUNDS = 1000   # redraw rounds; a user who rated (almost) every item could otherwise never get a negative
-
-
-def _mix(x):
-    from keras import ops
-
-    x = ops.bitwise_xor(x, ops.right_shift(x, np.uint32(16)))
-    x = ops.multiply(x, np.uint32(_MIX_1))
-    x = ops.bitwise_xor(x, ops.right_shift(x, np.uint32(15)))
-    x = ops.multiply(x, np.uint32(_MIX_2))
-    return ops.bitwise_xor(x, ops.right_shift(x, np.uint32(16)))
-
-
-def random_bits(counters, key0, key1):
-    """32 random bits per uint32 counter, a pure function of (counter, key0, key1)."""
-    from keras import ops
-
-    return _mix(ops.bitwise_xor(_mix(ops.bitwise_xor(counters, key0)), key1))
 
 
 def _sort_key(counters, key0, key1):
@@ -116,8 +97,8 @@ class DeviceTrainSampler:
             lo, end = ops.repeat(block_start, k), ops.repeat(block_end, k)
 
             def draw(round_index):
-                round_key = _mix(ops.bitwise_xor(keys[0], ops.multiply(ops.cast(round_index, "uint32"),
-                                                                        np.uint32(_GOLDEN))))
+                round_key = mix(ops.bitwise_xor(keys[0], ops.multiply(ops.cast(round_index, "uint32"),
+                                                                        np.uint32(GOLDEN))))
                 bits = random_bits(counters, round_key, keys[1])
                 return ops.cast(ops.mod(bits, np.uint32(num_items)), "int32")
 

@@ -37,6 +37,7 @@ def _model_class():
     from keras import ops
 
     from mlperf_keras.layers import attention as att
+    from mlperf_keras.layers.dropout import Dropout
 
     class TransformerModel(keras.Model):
         def __init__(self, vocab_size, d_model, num_layers, num_heads, filter_size, dropout, seed=None, **kwargs):
@@ -52,8 +53,8 @@ def _model_class():
                                    for i in range(num_layers)]
             self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
             self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
-            self.encoder_dropout = keras.layers.Dropout(dropout, seed=s(3 * num_layers + 1))
-            self.decoder_dropout = keras.layers.Dropout(dropout, seed=s(3 * num_layers + 2))
+            self.encoder_dropout = Dropout(dropout, seed=s(3 * num_layers + 1))
+            self.decoder_dropout = Dropout(dropout, seed=s(3 * num_layers + 2))
 
         def build(self, input_shape=None):
             shape = (None, None, self.d_model)
