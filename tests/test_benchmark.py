@@ -34,3 +34,23 @@ def test_benchmark_synthetic_on_jax_needs_no_tensorflow(tmp_path):
                                              tmp_path)
     assert check == {"exit": 0, "tensorflow_imported": False}
     check_result(json.loads((tmp_path / "r.json").read_text()), "jax")
+
+
+def test_transformer_benchmark_saves_the_batch_it_measured(tmp_path):
+    """--save_batch writes the timed batch for a peer (benchmarks/torch_peers.py --batch_file): its real target
+    tokens are the ones the benchmark counted. On JAX without TensorFlow, with layers/dropout.py in the step."""
+    pytest.importorskip("jax")
+    import numpy as np
+
+    batch, result = tmp_path / "batch.npz", tmp_path / "r.json"
+    _, check = run_on_jax_without_tensorflow(
+        "benchmark", ["--backend=jax", "--model=transformer", "--steps=2", "--warmup_steps=1", "--batch_size=512",
+                      "--seed=1", "--hparams=d_model=32,num_layers=1,num_heads=2,filter_size=64",
+                      f"--json_out={result}", f"--save_batch={batch}"], tmp_path)
+    assert check == {"exit": 0, "tensorflow_imported": False}
+    saved, measured = np.load(batch), json.loads(result.read_text())
+    assert sorted(saved.files) == ["labels", "source", "target_input"]
+    assert list(saved["source"].shape) == measured["batch_shapes"]["source"]
+    assert saved["labels"].shape == saved["target_input"].shape
+    assert int(np.count_nonzero(saved["labels"])) == measured["samples_per_step"] > 0
+    np.testing.assert_array_equal(saved["target_input"][:, 1:], saved["labels"][:, :-1])  # shifted behind a 0
