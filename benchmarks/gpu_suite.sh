@@ -22,6 +22,10 @@ MODELS=${MODELS:-"ncf resnet ssd transformer"}
 RUNS=/tmp/gpu_suite_runs  # one JSON per run (only a few files may come back from $OUT)
 mkdir -p "$RUNS"
 
+ours_seq_len() {  # the padded length of the batch our 1-GPU run measured (the peer's unpadded shape)
+  python3 -c "import json; print(json.load(open('$RUNS/$1_ours_1gpu.json'))['batch_shapes']['source'][1])"
+}
+
 ours() {  # model gpus global_batch tag [--variant="variant flags" | other benchmark flags]
   local json="$RUNS/$1_$4.json" m=$1 gpus=$2 batch=$3 tag=$4 entry=(-m mlperf_keras.benchmark)
   shift 4
@@ -40,7 +44,7 @@ case "${1:-}" in
     for m in $MODELS; do
       ours "$m" 0 "${BATCH[$m]}" ours_1gpu
       extra=""
-      [ "$m" = transformer ] && extra="--seq_len=$(python3 -c "import json; print(json.load(open('$RUNS/${m}_ours_1gpu.json'))['batch_shapes']['source'][1])")"
+      [ "$m" = transformer ] && extra="--seq_len=$(ours_seq_len "$m")"
       CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model="$m" --batch_size="${BATCH[$m]}" --steps="$STEPS" \
         --warmup_steps=5 $extra 2>/dev/null | tail -1 | tee -a "$OUT/results.jsonl" || echo "FAILED: peer $m"
     done ;;
@@ -56,11 +60,11 @@ case "${1:-}" in
     # batch of the same shape; then our step with one part swapped (benchmarks/transformer_variants.py).
     ours transformer 0 8192 ours_1gpu --seed=1 --save_batch="$RUNS/transformer_batch.npz"
     for peer in "--batch_file=$RUNS/transformer_batch.npz" \
-                "--seq_len=$(python3 -c "import json; print(json.load(open('$RUNS/transformer_ours_1gpu.json'))['batch_shapes']['source'][1])")"; do
+                "--seq_len=$(ours_seq_len transformer)"; do
       CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model=transformer --batch_size=8192 --steps="$STEPS" \
         --warmup_steps=5 $peer 2>/dev/null | tail -1 | tee -a "$OUT/results.jsonl" || echo "FAILED: peer $peer"
     done
-    IFS=';' read -ra variants <<< "${VARIANTS:---dropout=hash;--dropout=rbg;--dropout=off;--attention=bf16_logits;--fused_projections}"
+    IFS=';' read -ra variants <<< "${VARIANTS:---dropout=keras;--dropout=rbg;--dropout=off;--attention=bf16_logits;--loss=logsumexp}"
     for v in "${variants[@]}"; do
       tag=$(echo "$v" | tr -c 'a-z0-9\n' '_')
       ours transformer 0 8192 "variant$tag" --variant="$v" --seed=1

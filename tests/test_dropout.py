@@ -91,6 +91,13 @@ def test_jax_draws_the_tensorflow_masks_also_under_jit():
     assert eager == jitted == checksum(masks_of())
 
 
+def test_refuses_tensors_its_counters_cannot_number():
+    from mlperf_keras.layers.dropout import keep_mask
+
+    with pytest.raises(ValueError, match="int32 counters"):
+        keep_mask((2 ** 16, 2 ** 15), 0.1, np.array([1, 2], np.uint32))
+
+
 def test_refuses_noise_shape():
     from mlperf_keras.layers.dropout import Dropout
 

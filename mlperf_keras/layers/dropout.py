@@ -28,8 +28,8 @@ def keep_mask(shape, rate: float, seed):
     key0 = mix(ops.bitwise_xor(seed[0], mix(key1)))
     if all(isinstance(d, int) for d in shape):  # always on JAX; under jit a traced size could not make an arange
         size = math.prod(shape)
-        if size >= 2 ** 32:
-            raise ValueError(f"dropout over {size:,} values: the 32-bit counters would repeat")
+        if size >= 2 ** 31:
+            raise ValueError(f"dropout over {size:,} values: more than the int32 counters can number")
     else:  # TensorFlow graphs with unknown dimensions
         size = ops.prod(ops.convert_to_tensor(shape, dtype="int32"))
     counters = ops.reshape(ops.cast(ops.arange(size, dtype="int32"), "uint32"), shape)
