@@ -13,7 +13,7 @@ import time
 
 from mlperf_keras import mlperf_log
 from mlperf_keras.mlperf_log import C
-from mlperf_keras.config import RunConfig
+from mlperf_keras.config import RunConfig, format_quality
 from mlperf_keras.workloads.base import TrainData
 
 
@@ -95,7 +95,8 @@ def _log_run_info(log, config: RunConfig, workload, dist):
     log.event("distribution", dist.describe())
     log.event("precision", config.precision)
     log.event("ruleset", config.ruleset)
-    log.event("quality_target", config.quality_target)
+    log.event("quality_target", dict(config.quality_target) if hasattr(config.quality_target, "keys")
+              else config.quality_target)
     log.event("demo", config.demo)
     log.event("synthetic_data", config.synthetic)
     log.event(C.SEED, config.seed)
@@ -225,7 +226,7 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
             log.end(C.EVAL_STOP, metadata={"epoch_num": epoch + base})
             log.end(C.BLOCK_STOP, metadata={"first_epoch_num": block_first + base})
             block_first = epoch + 1
-            line += (f"  {workload.metric_name} {quality:.4f} (target {config.quality_target})"
+            line += (f"  {workload.metric_name} {format_quality(quality)} (target {format_quality(config.quality_target)})"
                      f"  eval {time.time() - eval_start:.1f} s")
             if workload.target_reached(quality, config):
                 status = "success"
@@ -240,7 +241,7 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
     seconds = time.time() - clock_start
     verdict = "reached the target" if status == "success" else f"stopped at max_epochs={config.max_epochs}"
     progress.say(f"run_stop: {status} ({verdict}) after {epoch + 1} epochs, {_hms(seconds)}; "
-                 f"{workload.metric_name} {quality:.4f}" if quality is not None else f"run_stop: {status}")
+                 f"{workload.metric_name} {format_quality(quality)}" if quality is not None else f"run_stop: {status}")
     return RunResult(status, epoch + 1, quality, None, seconds, sum(throughputs) / max(1, len(throughputs)))
 
 

@@ -44,7 +44,9 @@ flags.DEFINE_bool("jit_compile", True, "Compile train and predict steps with XLA
 flags.DEFINE_string("platform", None, "submission_platform: the system's name, e.g. r740_t4 (presets set it). "
                     "Default: the detected accelerator, or cpu.")
 flags.DEFINE_string("org", "mlperf_keras", "submission_org.")
-flags.DEFINE_enum("division", "closed", ["closed", "open"], "submission_division.")
+flags.DEFINE_enum("division", "closed", ["closed", "open"], "submission_division. closed (default): the "
+                  "reference's graph, init, preprocessing, data order and stock random generators. open: also the "
+                  "faster deviations each workload lists in the README (logged as submission_division: open).")
 flags.DEFINE_enum("status", "onprem", ["onprem", "cloud", "preview", "research"], "submission_status.")
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one accelerator at --precision (default: known table).")
 flags.DEFINE_integer("eval_offset", 0, "Shift the eval cadence by this many epochs (resnet allows 0-3).")
@@ -191,6 +193,7 @@ def main(argv):
     try:
         dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"))
         workload, manifest, config = resolve(FLAGS, dist)
+        workload.check(config, manifest)
         if FLAGS.dry_run:
             dry_run(config, workload, manifest)
             return 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, Iterator
 
-from mlperf_keras.config import RunConfig
+from mlperf_keras.config import RunConfig, quality_reached
 
 
 class TrainData(abc.ABC):
@@ -25,8 +25,9 @@ class Evaluator(abc.ABC):
     num_samples: int  # global eval-set size, logged as eval_samples
 
     @abc.abstractmethod
-    def evaluate(self, predict: Callable) -> float:
-        """predict(inputs) -> numpy scores. Returns the metric, identical on every worker."""
+    def evaluate(self, predict: Callable):
+        """predict(inputs) -> numpy scores. Returns the metric, identical on every worker: a float, or a mapping
+        part -> float where the quality has several parts (Mask R-CNN: {"bbox": .., "segm": ..})."""
 
 
 class Workload(abc.ABC):
@@ -97,7 +98,12 @@ class Workload(abc.ABC):
         return metric
 
     def target_reached(self, metric, config: RunConfig) -> bool:
-        return metric >= config.quality_target
+        """Every part of the metric at or above its target; NaN never reaches it."""
+        return quality_reached(metric, config.quality_target)
+
+    def check(self, config: RunConfig, manifest: dict | None) -> None:
+        """Validate the resolved config (hparam ranges, counts against the data) before the MLPerf log opens.
+        Raise config.ConfigError with one line a user can act on; the default accepts everything."""
 
     @abc.abstractmethod
     def mllog_hparams(self, config: RunConfig) -> dict:
