@@ -68,7 +68,8 @@ def test_finds_logs_recursively_and_ignores_other_files(tmp_path):
     (tmp_path / "a" / "x.config.json").write_text("{}")
     (tmp_path / "a" / "weights.h5").write_bytes(b":::MLLOG in a binary file")
     (tmp_path / "empty").mkdir()
-    files, empty = find_log_files([str(tmp_path / "a"), str(tmp_path / "empty")])
+    files, empty, problems = find_log_files([str(tmp_path / "a"), str(tmp_path / "empty")])
+    assert problems == []
     assert [os.path.basename(f) for f in files] == ["x.log"]
     assert empty == [str(tmp_path / "empty")]
 

@@ -25,6 +25,7 @@ from mlperf_keras.reporting.render import render_report
 from mlperf_keras.reporting.score import drop_duplicate_seeds, score_all
 from mlperf_keras.reporting.submission import (prepare_output, system_description, write_results,
                                                write_ruleset_views, write_system_file)
+from mlperf_keras.reporting.systems import identity_notes
 
 
 @dataclasses.dataclass
@@ -38,6 +39,7 @@ class Report:
     submission_notes: list             # e.g. a ruleset's runs not written because a newer one was
     speedup_notes: list                # e.g. --baseline matched nothing
     ruleset_views: dict                # checker ruleset -> folder with only the benchmarks it knows
+    identity_notes: list = dataclasses.field(default_factory=list)   # shared platform strings, spelling variants
     report_path: Optional[str] = None
 
     @property
@@ -45,21 +47,27 @@ class Report:
         return [p for p in self.problems if p.skipped]
 
 
-def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compliance=True, draw_charts=True):
-    """Write the report; returns a Report. Bad inputs become Problems, never exceptions."""
+def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compliance=True, draw_charts=True,
+                 default_round=None):
+    """Write the report; returns a Report. Bad inputs become Problems, never exceptions.
+
+    default_round: the round ("0.7") of published logs whose round neither their format nor a vX.Y folder
+    in their path tells; it picks their scoring rules and compliance ruleset.
+    """
     problems = [Problem(d, "not a folder") for d in log_dirs if not os.path.isdir(d)]
     folders = [d for d in log_dirs if os.path.isdir(d)]
     prepare_output(out_dir, overwrite=overwrite)
-    paths, empty = find_log_files(folders, exclude=[out_dir])
+    paths, empty, file_problems = find_log_files(folders, exclude=[out_dir])
+    problems += file_problems
     problems += [Problem(folder, "no MLLOG log files in this folder") for folder in empty]
 
-    records, parse_problems = parse_logs(paths)
+    records, parse_problems = parse_logs(paths, default_round=default_round)
     problems += parse_problems
     records, duplicate_problems = drop_duplicate_seeds(records)
     problems += duplicate_problems
     if check_compliance:
         for record in records:
-            record.compliance = compliance.check_log(record.path, record.benchmark, record.log_format)
+            record.compliance = compliance.check_record(record)
     results = score_all(records)
 
     ttt = tables.time_to_train_table(results)
@@ -94,7 +102,8 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     system_files = {}
     by_system = {}
     for record in records:
-        by_system.setdefault(record.system, []).append(record)
+        if record.own_log:   # published systems have their own systems JSON already
+            by_system.setdefault(record.system, []).append(record)
     for system, runs in sorted(by_system.items()):
         fields, notes = system_description(runs)
         path, still_empty = write_system_file(out_dir, fields)
@@ -103,7 +112,7 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     ruleset_views = write_ruleset_views(out_dir, chosen)
 
     report = Report(records, results, problems, frames, chart_paths, system_files,
-                    submission_notes, speedup_notes, ruleset_views)
+                    submission_notes, speedup_notes, ruleset_views, identity_notes(records))
     report.report_path = os.path.join(out_dir, "report.md")
     with open(report.report_path, "w") as handle:
         handle.write(render_report(report, log_dirs, out_dir, baseline))

@@ -1,8 +1,9 @@
 """Runs the official MLPerf compliance checker on one log, through its Python API.
 
 Same checks as `python -m mlperf_logging.compliance_checker --usage training --ruleset R LOG`, without
-a Python start-up per log. Each log is checked at the newest ruleset that knows its benchmark
-(rules.CHECKER_RULESET). No ruleset knows ncf: those logs are "unsupported", never "pass"; the
+a Python start-up per log. Each of our logs is checked at the newest ruleset that knows its benchmark
+(rules.CHECKER_RULESET); a published log at its own round's ruleset (0.6.0, 0.7.0, ...), and a v0.5 log
+is "unsupported: no ruleset for this round" (mlperf-logging has no v0.5 checker). No ruleset knows ncf: those logs are "unsupported", never "pass"; the
 project's own NCF rules (mlperf_keras/compliance/ncf.yaml: the 0.7.0 common rules plus NCF's closed
 settings and target) are still run on the official engine and their verdict is the detail. A checker
 that crashes (as it does for a ruleset lacking the benchmark) also means "unsupported".
@@ -23,9 +24,20 @@ from mlperf_keras.reporting.records import Compliance
 PROJECT_RULES = {"ncf": NCF_RULES}
 
 
-def check_log(path, benchmark, log_format="mllog"):
-    """Compliance verdict for one log of a known benchmark."""
-    ruleset = rules.checker_ruleset(benchmark, log_format)
+def check_record(record):
+    """Compliance verdict for one parsed run: ours at the newest ruleset knowing its benchmark (as check_log),
+    a published log at its own round's ruleset (rules.round_checker_ruleset), never at a later round."""
+    if record.own_log:
+        return check_log(record.path, record.benchmark, record.log_format)
+    ruleset, why_none = rules.round_checker_ruleset(record.benchmark, record.ruleset)
+    if ruleset is None:
+        return Compliance("unsupported", None, why_none)
+    return check_log(record.path, record.benchmark, record.log_format, ruleset=ruleset)
+
+
+def check_log(path, benchmark, log_format="mllog", ruleset=None):
+    """Compliance verdict for one log of a known benchmark (at `ruleset`, default rules.checker_ruleset)."""
+    ruleset = ruleset or rules.checker_ruleset(benchmark, log_format)
     if ruleset is None:
         return _check_with_project_rules(path, benchmark)
     try:

@@ -60,7 +60,13 @@ class RunRecord:
     missing: list = dataclasses.field(default_factory=list)   # keys the log did not have
     notes: list = dataclasses.field(default_factory=list)
     compliance: Optional[Compliance] = None
-    log_format: str = "mllog"                # "mllog" (v0.7+ JSON lines) or "mll_v0.6"
+    log_format: str = "mllog"                # "mllog" (v0.7+ JSON lines), "mll_v0.6" or "mlp_v0.5"
+    logged_benchmark: Optional[str] = None   # as the log spells it ("mask" for maskrcnn)
+    own_log: bool = False                    # written by mlperf_keras (it logs its ruleset)
+    round_source: str = ""                   # how the round (ruleset) was found
+    resumed: bool = False                    # MLLOG 'resumed': continued from a checkpoint, never valid
+    identified_by: str = ""                  # how the system was identified (folder + systems JSON, or platform)
+    system_folder: Optional[str] = None      # the results/<system> folder, for logs in a submission layout
 
     @property
     def time_to_train_min(self):

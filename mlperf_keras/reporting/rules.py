@@ -9,6 +9,18 @@ from mlperf_keras.config import MODEL_NAMES, QUALITY_TARGETS, first_epoch_number
 
 KNOWN_BENCHMARKS = MODEL_NAMES
 
+# Names published logs use for our benchmarks (Google's v0.6 Mask R-CNN logs say "mask").
+BENCHMARK_ALIASES = {"mask": "maskrcnn", "mask_rcnn": "maskrcnn", "resnet50": "resnet", "resnet-50": "resnet",
+                     "ssd-resnet34": "ssd", "ssd_resnet34": "ssd"}
+
+# Training-set sizes (samples per epoch) a consistent train_samples must match (MLPERF.md section 1:
+# ImageNet 1,281,167 images; COCO 117,266 train images with annotations, for SSD and Mask R-CNN).
+# Translation sizes differ between submitters' preprocessing and are not checked.
+TRAIN_SAMPLES = {"resnet": 1281167, "ssd": 117266, "maskrcnn": 117266}
+TRAIN_SAMPLES_TOLERANCE = 0.05
+# Epoch/block timings must cover at least this fraction of run_start..run_stop to give a throughput.
+MIN_TIMED_FRACTION = 0.5
+
 # Runs that make one result. NCF differs by round: in v0.5 a submitter ran up to 100 runs and the
 # first 50 that converged made the result (MLPERF.md section 2); mlperf-logging's table says 10,
 # which is what its package checker expects for any later ruleset.
@@ -35,10 +47,57 @@ _V06_CHECKER_RULESET = "0.6.0"
 
 
 def checker_ruleset(benchmark, log_format="mllog"):
-    """The compliance-checker ruleset for a log of this benchmark and format; None if none knows it."""
+    """The compliance-checker ruleset for one of our logs of this benchmark and format; None if none knows it."""
     if log_format == "mll_v0.6" and CHECKER_RULESET.get(benchmark):
         return _V06_CHECKER_RULESET
     return CHECKER_RULESET.get(benchmark)
+
+
+def round_checker_ruleset(benchmark, round_):
+    """(ruleset or None, why none) to check a published log of `round_` ("0.6") at its own round.
+
+    mlperf-logging ships a training_<round>.0 checker for 0.6.0 and later, none for v0.5; a log is never
+    checked against a later round's rules (their keys did not exist yet).
+    """
+    import os
+
+    from mlperf_logging import compliance_checker
+
+    if round_ is None:
+        return None, "round unknown (no ruleset logged, no vX.Y folder in the path; pass --round)"
+    ruleset = f"{short_ruleset(round_)}.0"
+    folder = os.path.join(os.path.dirname(compliance_checker.__file__), f"training_{ruleset}")
+    if not os.path.isdir(folder):
+        return None, f"no ruleset for this round: mlperf-logging has no training_{ruleset} checker"
+    names = os.listdir(folder)
+    if f"{benchmark}.yaml" not in names and f"closed_{benchmark}.yaml" not in names:
+        return None, f"the {ruleset} checker has no rules for {benchmark}"
+    return ruleset, ""
+
+
+# How each round turns runs into a score (shown in the report next to each result).
+# v0.5: mlcommons/training_policies training_rules.adoc at 6e021638e80a1a82d151d4f4bf703d6704643fd7 (2018-11-08,
+# the rules of the v0.5 submission), section "Benchmark Results": 5 runs for image classification and object
+# detection, 10 for translation, "Run 100, use first 50 that converge" for recommendation; "dropping the fastest
+# and slowest runs, then taking the mean of the remaining times". That text names no count of allowed
+# non-converged runs (its "Submission" section mentions "allowed non-convergence"): one is allowed here, standing
+# in for the slowest, as from v0.6 on.
+V05_RULE = ("v0.5 rules (training_policies training_rules.adoc @6e02163, 'Benchmark Results'): "
+            "drop the fastest and slowest of {n} runs, mean of the rest")
+V05_NCF_RULE = ("v0.5 NCF rule (training_policies @6e02163): run 100, use the first 50 that converge; "
+                "drop the fastest and slowest, mean of the rest")
+SUMMARIZER_RULE = ("mlperf_logging.result_summarizer ({round_} rules): olympic mean of {n} runs, one non-converged "
+                   "run may stand in for the slowest")
+
+
+def scoring_rule(benchmark, ruleset):
+    """One line naming the rule a result of this benchmark and round is scored by."""
+    n = runs_per_result(benchmark, ruleset)
+    if is_ncf_v05(benchmark, ruleset):
+        return V05_NCF_RULE
+    if short_ruleset(ruleset) == "0.5":
+        return V05_RULE.format(n=n)
+    return SUMMARIZER_RULE.format(round_=short_ruleset(ruleset) or "round unknown", n=n)
 
 
 # For benchmarks no ruleset knows, the project's own rules file is run on the checker engine of this

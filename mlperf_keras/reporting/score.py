@@ -73,13 +73,24 @@ def score_group(runs, benchmark, ruleset):
     system = runs[0].system
     required = rules.runs_per_result(benchmark, ruleset)
     attempts = runs[:rules.max_attempts(benchmark, ruleset)]
-    notes = []
+    notes = [rules.scoring_rule(benchmark, ruleset)]
     if len(runs) > len(attempts):
         notes.append(f"used the first {len(attempts)} of {len(runs)} runs (by run_start time)")
 
     if rules.is_ncf_v05(benchmark, ruleset):
-        return _score_ncf_v05(runs, attempts, benchmark, system, ruleset, required, notes)
+        result = _score_ncf_v05(runs, attempts, benchmark, system, ruleset, required, notes)
+    else:
+        result = _score_olympic(runs, attempts, benchmark, system, ruleset, required, notes)
+    resumed = [r for r in result.used if r.resumed]
+    if resumed:
+        # The clock may not be paused (training rules, "Run Results"): a run continued from a checkpoint never counts.
+        result.score_min = None
+        result.status = (f"not a valid MLPerf result: {len(resumed)} run(s) resumed from a checkpoint "
+                         f"({', '.join(r.file_name for r in resumed[:3])})")
+    return result
 
+
+def _score_olympic(runs, attempts, benchmark, system, ruleset, required, notes):
     non_converged = sum(not r.converged for r in attempts)
     allowed = rules.max_non_converged(benchmark, ruleset)
     result = Result(benchmark, system, ruleset, runs, attempts, required, non_converged, None, "", notes)
@@ -104,8 +115,6 @@ def _score_ncf_v05(runs, attempts, benchmark, system, ruleset, required, notes):
         converged += run.converged
     non_converged = len(used) - converged
     result = Result(benchmark, system, ruleset, runs, used, required, non_converged, None, "", notes)
-    notes.append(f"NCF v0.5: score from the first {required} converged runs of at most "
-                 f"{rules.max_attempts(benchmark, ruleset)}")
     if converged < required:
         result.status = f"too few converged runs: {converged} of {required}"
         return result

@@ -137,7 +137,13 @@ def write_results(out_dir, results):
     Returns ({(system, benchmark): Result written}, notes).
     """
     chosen, notes = {}, []
+    published = [r for r in results if not all(run.own_log for run in r.runs)]
+    if published:
+        notes.append(f"{len(published)} results of published logs (not written by mlperf_keras) are not copied to "
+                     "results/: they already sit in a submission layout, score them there")
     for result in results:
+        if result in published:
+            continue
         key = (result.system, result.benchmark)
         if key in chosen:
             keep, drop = sorted((chosen[key], result), key=lambda r: _ruleset_order(r.ruleset), reverse=True)
