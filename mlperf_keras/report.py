@@ -13,7 +13,7 @@ import sys
 
 from absl import app, flags
 
-from mlperf_keras.reporting.build import build_report
+from mlperf_keras.reporting.build import build_report, summarize_problems
 from mlperf_keras.reporting.submission import OutputNotOurs
 
 FLAGS = flags.FLAGS
@@ -26,6 +26,9 @@ def define_flags():
     flags.DEFINE_string("out", None, "Folder for the report and the submission layout.")
     flags.DEFINE_string("baseline", None, "System to compute speedups against: a platform (r740_t4), "
                         "a GPU type (\"NVIDIA T4\") or a system name without the count.")
+    flags.DEFINE_string("round", None, "Round (0.6, 0.7, ...) of published logs whose round neither their format nor a "
+                        "vX.Y folder in their path (training_results_v0.7) tells: picks their scoring rules and "
+                        "the compliance ruleset they are checked at.")
     flags.DEFINE_bool("overwrite", False, "Replace a results/ folder under --out that this reporter did not write.")
     flags.DEFINE_bool("compliance", True, "Run the official compliance checker on every log.")
     flags.DEFINE_bool("charts", True, "Draw the charts (--nocharts: tables only, faster).")
@@ -35,6 +38,7 @@ def define_flags():
 
 
 EXIT_OK, EXIT_SKIPPED, EXIT_FAILED = 0, 1, 2
+MAX_PRINTED_RESULTS = 40
 
 
 def main(argv):
@@ -45,7 +49,8 @@ def main(argv):
         return EXIT_FAILED
     try:
         report = build_report(log_dirs, FLAGS.out, baseline=FLAGS.baseline, overwrite=FLAGS.overwrite,
-                              check_compliance=FLAGS.compliance, draw_charts=FLAGS.charts)
+                              check_compliance=FLAGS.compliance, draw_charts=FLAGS.charts,
+                              default_round=FLAGS.round)
     except OutputNotOurs as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -56,14 +61,16 @@ def main(argv):
 
         scaling = benchmark_scaling.write(FLAGS.benchmark_results, FLAGS.out, draw_chart=FLAGS.charts)
         print(f"benchmark scaling ({len(scaling)} rows): {FLAGS.out}/tables/benchmark_scaling.csv")
-    for result in report.results:
+    for result in report.results[:MAX_PRINTED_RESULTS]:
         score = f"{result.score_min:.2f} min" if result.score_min is not None else "no score"
         print(f"  {result.benchmark:12s} {result.system:40s} {score:>12s}  {result.status}")
+    if len(report.results) > MAX_PRINTED_RESULTS:
+        print(f"  ... {len(report.results) - MAX_PRINTED_RESULTS} more in {FLAGS.out}/tables/scores.csv")
     for note in report.speedup_notes:
         print(f"warning: {note}", file=sys.stderr)
-    for problem in report.problems:
-        label = "skipped" if problem.skipped else "warning"
-        print(f"{label}: {problem.path}: {problem.reason}", file=sys.stderr)
+    # One line per kind of problem (count and an example); each one is in tables/problems.csv.
+    for kind in summarize_problems(report.problems):
+        print(kind, file=sys.stderr)
     return EXIT_SKIPPED if report.skipped else EXIT_OK
 
 

@@ -40,6 +40,7 @@ class Report:
     speedup_notes: list                # e.g. --baseline matched nothing
     ruleset_views: dict                # checker ruleset -> folder with only the benchmarks it knows
     identity_notes: list = dataclasses.field(default_factory=list)   # shared platform strings, spelling variants
+    roots: list = dataclasses.field(default_factory=list)            # the log folders, for display paths
     report_path: Optional[str] = None
 
     @property
@@ -112,7 +113,7 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     ruleset_views = write_ruleset_views(out_dir, chosen)
 
     report = Report(records, results, problems, frames, chart_paths, system_files,
-                    submission_notes, speedup_notes, ruleset_views, identity_notes(records))
+                    submission_notes, speedup_notes, ruleset_views, identity_notes(records), folders)
     report.report_path = os.path.join(out_dir, "report.md")
     with open(report.report_path, "w") as handle:
         handle.write(render_report(report, log_dirs, out_dir, baseline))
@@ -122,3 +123,21 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
 def _problems_frame(problems, roots):
     return pd.DataFrame([{"file": display_path(p.path, roots), "skipped": p.skipped, "reason": p.reason}
                          for p in problems], columns=["file", "skipped", "reason"])
+
+
+def summarize_problems(problems):
+    """Lines for stderr: one per kind of problem, 'skipped|warning (N files): reason (e.g. path)'."""
+    from mlperf_keras.reporting.render import problem_kind
+
+    groups = {}
+    for problem in problems:
+        groups.setdefault((problem.skipped, problem_kind(problem.reason)), []).append(problem)
+    lines = []
+    for (skipped, _), group in sorted(groups.items(), key=lambda item: -len(item[1])):
+        label = "skipped" if skipped else "warning"
+        first = group[0]
+        if len(group) == 1:
+            lines.append(f"{label}: {first.path}: {first.reason}")
+        else:
+            lines.append(f"{label} ({len(group)} files): {first.reason} (e.g. {first.path})")
+    return lines

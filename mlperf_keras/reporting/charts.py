@@ -22,7 +22,6 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 from mlperf_keras.reporting.systems import bar_label  # noqa: E402
 from mlperf_keras.reporting.tables import MLPERF_SCORE  # noqa: E402
 
-_FAMILY_COLORMAPS = ("Blues", "Oranges", "Greens", "Purples", "Reds", "Greys")
 
 
 def _save(figure, out_dir, name):
@@ -36,16 +35,37 @@ def _save(figure, out_dir, name):
     return paths
 
 
+def distinct_colors(count):
+    """`count` colours no two alike: tab10, then tab20, then evenly spaced hues at three lightness levels.
+
+    tab10 alone repeats from the eleventh system on, which made different systems look the same.
+    """
+    if count <= 10:
+        return [plt.get_cmap("tab10")(i) for i in range(count)]
+    if count <= 20:
+        return [plt.get_cmap("tab20")(i) for i in range(count)]
+    from matplotlib.colors import hsv_to_rgb
+
+    levels = ((0.85, 0.85), (0.55, 0.95), (0.95, 0.55))   # (saturation, value)
+    hues = int(np.ceil(count / len(levels)))
+    colors = []
+    for i in range(count):
+        saturation, value = levels[i % len(levels)]
+        hue = ((i // len(levels)) + (i % len(levels)) / len(levels)) / hues
+        colors.append(tuple(hsv_to_rgb((hue % 1.0, saturation, value))) + (1.0,))
+    return colors
+
+
 def _series_colors(series):
-    """series: [(family, devices)] -> color per series; one hue per family, darker with more devices."""
+    """series: [(family, devices)] -> color per series; one distinct colour per family, darker with more devices."""
     families = list(dict.fromkeys(family for family, _ in series))
     colors = {}
-    for index, family in enumerate(families):
-        cmap = plt.get_cmap(_FAMILY_COLORMAPS[index % len(_FAMILY_COLORMAPS)])
+    for family, base in zip(families, distinct_colors(len(families))):
         counts = [d for f, d in series if f == family]
         for position, count in enumerate(counts):
-            shade = 0.45 + 0.45 * (position + 1) / (len(counts) + 1) if len(counts) > 1 else 0.65
-            colors[(family, count)] = cmap(shade)
+            # Lighter for fewer devices: mix with white, from 45% (fewest) to 0% (most).
+            mix = 0.45 * (1 - (position + 1) / len(counts)) if len(counts) > 1 else 0.0
+            colors[(family, count)] = tuple(c + (1 - c) * mix for c in base[:3]) + (1.0,)
     return colors
 
 
@@ -139,8 +159,7 @@ def throughput_chart(throughput, out_dir, name="throughput",
     data = data.assign(devices_key=data["devices"].map(_series_key))
     benchmarks = sorted(data["benchmark"].unique())
     families = sorted(data["family"].unique())
-    family_colors = {f: plt.get_cmap(_FAMILY_COLORMAPS[i % len(_FAMILY_COLORMAPS)])(0.7)
-                     for i, f in enumerate(families)}
+    family_colors = dict(zip(families, distinct_colors(len(families))))
     figure, axes = _panels(len(benchmarks))
     for axis, benchmark in zip(axes, benchmarks):
         subset = data[data["benchmark"] == benchmark]
@@ -258,7 +277,7 @@ def quality_curves_chart(records, out_dir):
     for axis, benchmark in zip(axes, benchmarks):
         runs = [r for r in records if r.benchmark == benchmark]
         systems = sorted({r.system for r in runs})
-        colors = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(systems)}
+        colors = dict(zip(systems, distinct_colors(len(systems))))
         for run in runs:
             points = [(e, _scalar_quality(v)) for e, v in run.quality_curve if e is not None]
             points = [(e, v) for e, v in points if v is not None]
@@ -270,7 +289,8 @@ def quality_curves_chart(records, out_dir):
         axis.set_title(benchmark + (" (min of box/mask mAP)" if benchmark == "maskrcnn" else ""))
         axis.set_xlabel("Epoch")
         axis.set_ylabel("Eval quality (benchmark metric)")
-        axis.legend(handles=[Patch(color=colors[s], label=s) for s in systems], fontsize=6, frameon=False)
+        axis.legend(handles=[Patch(color=colors[s], label=s) for s in systems], fontsize=6, frameon=False,
+                    ncol=max(1, len(systems) // 25))
         axis.grid(alpha=0.3)
     figure.suptitle("Quality per epoch, every run (dashed: the target the runs stopped at)", fontsize=11)
     figure.tight_layout()

@@ -38,14 +38,20 @@ def parse_log(path, registry=None, default_round=None):
     """
     registry = registry if registry is not None else SystemRegistry()
     events, bad_lines, log_format = read_events(path)
-    problems = [Problem(path, f"line {number}: {reason}: {text!r}", skipped=False)
-                for number, text, reason in bad_lines]
+    # One problem per file however many lines are bad (a published round has files with thousands).
+    problems = []
+    if bad_lines:
+        number, text, reason = bad_lines[0]
+        count = f"{len(bad_lines)} lines do not parse" if len(bad_lines) > 1 else "1 line does not parse"
+        problems.append(Problem(path, f"{count} (first: line {number}: {reason}: {text!r})", skipped=False))
     truncated = any("cut off" in reason for _, _, reason in bad_lines)
 
     def skip(reason):
         if truncated:
             reason = f"truncated log ({reason})"
-        return None, problems + [Problem(path, reason)]
+        elif bad_lines:
+            reason = f"{reason}; {len(bad_lines)} lines did not parse"
+        return None, [Problem(path, reason)]
 
     if not events:
         return skip("no parseable MLLOG lines")

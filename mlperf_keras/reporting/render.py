@@ -2,10 +2,19 @@
 
 import collections
 import os
+import re
+
+import pandas as pd
 
 from mlperf_keras.reporting import rules
 from mlperf_keras.reporting.markdown import table
+from mlperf_keras.reporting.parse import display_path
 from mlperf_keras.reporting.tables import pivot_for_display
+
+# Above these sizes a table goes to its CSV only, so report.md stays readable for a whole published round.
+MAX_MARKDOWN_ROWS = 60
+MAX_PIVOT_COLUMNS = 12
+MAX_COMPLIANCE_ROWS = 30
 
 _MINUTES = "{:.2f}"
 _RATE = "{:,.0f}"
@@ -16,18 +25,18 @@ _COUNT = "{:g}"
 
 def render_report(report, log_dirs, out_dir, baseline):
     frames = report.frames
-    parts = [_header(report, log_dirs)]
+    parts = [_header(report, log_dirs), _identity_section(report)]
     parts.append(_section("MLPerf results", table(
         frames["scores"], {"score_min": _MINUTES, "runs_used": _COUNT, "runs_required": _COUNT,
-                           "non_converged": _COUNT},
-        ["benchmark", "system", "ruleset", "runs_used", "runs_required", "non_converged", "score_min", "status",
-         "submittable", "notes"]),
+                           "non_converged": _COUNT, "devices": _COUNT},
+        ["benchmark", "system", "ruleset", "devices", "runs_used", "runs_required", "non_converged", "score_min",
+         "status", "submittable", "notes"]) + _rules_used(frames["scores"]),
         "Score: `run_stop - run_start` in minutes; of the first N runs (N = 5 or 10 by benchmark; NCF v0.5: the "
         "first 50 converged of at most 100) the fastest and the slowest are dropped and the rest averaged, as "
         "`mlperf_logging.result_summarizer` does. One non-converged run may stand in for the slowest; more make "
         "the result invalid. *submittable* also needs every run to pass the official compliance checker."))
     parts.append(_section("Time to train (minutes) by benchmark, GPU type and GPU count",
-                          table(pivot_for_display(frames["time_to_train"])),
+                          _pivot_or_pointer(frames["time_to_train"]),
                           "`*`: not a valid MLPerf score (too few runs or too many non-converged): the mean of the "
                           "converged runs, shown so configurations can still be compared. `n/c`: no run converged.",
                           _image(report, "time_to_train")))
@@ -44,20 +53,20 @@ def render_report(report, log_dirs, out_dir, baseline):
         ["benchmark", "system", "gpu_type", "devices", "throughput_samples_per_s", "std_samples_per_s",
          "per_device_samples_per_s", "runs", "source"]),
         "Median of per-epoch throughput in each run, averaged over runs.", _image(report, "throughput")))
-    parts.append(_section("Epochs to converge per seed", table(
-        frames["epochs_summary"], {"runs": _COUNT, "converged": _COUNT, "mean": "{:.2f}", "std": "{:.2f}", "min": "{:g}", "median": "{:g}",
+    parts.append(_section("Epochs to converge per seed", _capped(
+        "epochs_summary", frames["epochs_summary"], {"runs": _COUNT, "converged": _COUNT, "mean": "{:.2f}", "std": "{:.2f}", "min": "{:g}", "median": "{:g}",
                                    "max": "{:g}", "global_batch_size": "{:g}"}),
         "`seed:epochs` lists every run; `n/c`: did not converge. Statistics are over converged runs.",
         _image(report, "epochs_per_seed")))
     parts.append(_section("Quality curves", "", "", _image(report, "quality_curves")))
-    parts.append(_section("Runs", table(
-        frames["runs"], {"workers": _COUNT, "seed": _COUNT, "time_to_train_min": _MINUTES, "throughput_samples_per_s": _RATE,
+    parts.append(_section("Runs", _capped(
+        "runs", frames["runs"], {"workers": _COUNT, "seed": _COUNT, "time_to_train_min": _MINUTES, "throughput_samples_per_s": _RATE,
                          "epochs_to_converge": "{:g}", "quality_target": "{:g}"},
         ["file", "benchmark", "system", "workers", "seed", "ruleset", "status", "time_to_train_min",
          "epochs_to_converge", "final_quality", "quality_target", "throughput_samples_per_s", "compliance",
          "missing"])))
     parts.append(_compliance_section(report))
-    parts.append(_section("Problems", table(frames["problems"]) if len(frames["problems"]) else "None.\n"))
+    parts.append(_section("Problems", _problems_summary(report.problems, log_dirs)))
     parts.append(_submission_section(report, out_dir))
     return "\n".join(p for p in parts if p)
 
@@ -81,6 +90,76 @@ def _header(report, log_dirs):
     return "\n".join(lines) + "\n"
 
 
+def _capped(name, frame, formats=None, columns=None):
+    """The table in markdown, or a pointer to its CSV when it is too long to read on one page."""
+    if len(frame) > MAX_MARKDOWN_ROWS:
+        return f"{len(frame)} rows: see `tables/{name}.csv`.\n"
+    return table(frame, formats, columns)
+
+
+def _pivot_or_pointer(ttt):
+    pivot = pivot_for_display(ttt)
+    if len(pivot.columns) - 1 > MAX_PIVOT_COLUMNS:
+        return (f"{len(pivot.columns) - 1} systems: too many columns for one table; see `tables/time_to_train.csv` "
+                "and the MLPerf results above.\n")
+    return table(pivot)
+
+
+def _rules_used(scores):
+    if scores.empty:
+        return ""
+    lines = ["", "Scoring rules used:"]
+    for rule, count in scores["rule"].value_counts().sort_index().items():
+        lines.append(f"- {rule} ({count} results)")
+    return "\n".join(lines) + "\n"
+
+
+def _identity_section(report):
+    """How systems were identified, and what the logs' platform strings show (nothing is merged)."""
+    if not report.records:
+        return ""
+    methods = collections.Counter()
+    for record in report.records:
+        methods[re.sub(r"^folder .*?(, | \()", r"folder\1", record.identified_by).split(",")[0].split(" (")[0]] += 1
+    systems = len({r.system for r in report.records})
+    lines = ["## Systems", "",
+             f"{systems} systems. A run in a submission layout (`<org>/results/<system>/...`) belongs to its folder, "
+             "with the accelerator model and count (accelerators_per_node x number_of_nodes) from "
+             "`<org>/systems/<system>.json` (v0.5: `results/<system>/entry.json`); runs of different folders are "
+             "never pooled. Other runs are identified by submission_platform + accelerator + count. Per system: "
+             "`tables/scores.csv` column `identified_by`.", ""]
+    lines += [f"- {count} runs identified by {method}" for method, count in sorted(methods.items())]
+    for note in report.identity_notes[:20]:
+        lines.append(f"- {note}")
+    if len(report.identity_notes) > 20:
+        lines.append(f"- ... {len(report.identity_notes) - 20} more such notes")
+    return "\n".join(lines) + "\n"
+
+
+def problem_kind(reason):
+    """A problem's reason without its particulars (quoted lines, numbers, file names): what aggregates."""
+    kind = re.split(r" \(|: '|: \"|; ", reason)[0]
+    kind = re.sub(r"\b[\w.-]+\.(txt|log|json)\b", "FILE", kind)
+    kind = re.sub(r"\d+(\.\d+)?", "N", kind)
+    return kind[:160]
+
+
+def _problems_summary(problems, roots):
+    """One line per kind of problem with its count and one example file; every problem is in problems.csv."""
+    if not problems:
+        return "None.\n"
+    kinds = collections.OrderedDict()
+    for problem in problems:
+        key = (problem.skipped, problem_kind(problem.reason))
+        kinds.setdefault(key, []).append(problem)
+    frame = pd.DataFrame([{"count": len(group), "skipped": skipped, "kind": group[0].reason[:200],
+                           "example": display_path(group[0].path, roots)}
+                          for (skipped, _), group in sorted(kinds.items(), key=lambda item: -len(item[1]))])
+    return (f"{len(problems)} problems of {len(kinds)} kinds (every one in `tables/problems.csv`). "
+            "*skipped*: the file was not used; otherwise the run is used and the problem noted. "
+            "*kind* quotes the example's reason.\n\n" + table(frame, {"count": _COUNT}))
+
+
 def _section(title, body, note="", image=""):
     text = f"## {title}\n\n"
     if body:
@@ -100,15 +179,20 @@ def _image(report, name):
 def _speedup_section(frames, baseline, notes):
     if not baseline:
         families = sorted(set(frames["time_to_train"]["family"])) if len(frames["time_to_train"]) else []
+        shown = ", ".join(f"`{f}`" for f in families[:15]) + (f" ... ({len(families)} in all)" if len(families) > 15
+                                                                else "")
         hint = ("Pass `--baseline SYSTEM` for the speedup of each system over another"
-                + (f" (one of: {', '.join(f'`{f}`' for f in families)})." if families else "."))
+                + (f" (one of: {shown})." if families else "."))
         return _section("Speedup", "", hint)
     speedup = frames.get("speedup")
-    note = "Speedup = baseline time-to-train / system time-to-train (same benchmark, same GPU count)."
+    note = ("Speedup = baseline time-to-train / system time-to-train (same benchmark, any GPU count); "
+            "per_device_speedup divides it by (system GPUs / baseline GPUs), the counts from the logs or the "
+            "systems JSON.")
     if notes:
         note += " " + " ".join(notes)
-    return _section(f"Speedup over {baseline}", table(
-        speedup, {"devices": _COUNT, "baseline_min": _MINUTES, "system_min": _MINUTES, "speedup": _TIMES}), note)
+    return _section(f"Speedup over {baseline}", _capped("speedup", speedup, {
+        "devices": _COUNT, "baseline_devices": _COUNT, "baseline_min": _MINUTES, "system_min": _MINUTES,
+        "speedup": _TIMES, "per_device_speedup": _TIMES}), note)
 
 
 def _compliance_section(report):
@@ -117,8 +201,10 @@ def _compliance_section(report):
     lines = ["## Compliance (official checker)", ""]
     if not report.records:
         return "\n".join(lines + ["No runs.", ""])
-    lines.append("Each log is checked with `mlperf_logging.compliance_checker` at the newest ruleset that knows "
-                 "its benchmark (" + ", ".join(f"{b} {r}" for b, r in rules.CHECKER_RULESET.items() if r)
+    lines.append("Published logs are checked with `mlperf_logging.compliance_checker` at their own round's "
+                 "ruleset (0.6.0, 0.7.0, ...), never a later one; mlperf-logging has no v0.5 ruleset, so v0.5 logs are "
+                 "*unsupported* (no ruleset for this round). Logs written by mlperf_keras are checked at the newest "
+                 "ruleset that knows their benchmark (" + ", ".join(f"{b} {r}" for b, r in rules.CHECKER_RULESET.items() if r)
                  + "). No official ruleset knows ncf, so ncf is *unsupported*, never *pass*; its logs are still run "
                  "through this project's NCF rules (`mlperf_keras/compliance/ncf.yaml`, not an official ruleset) "
                  "and that verdict is shown as the detail. The checker also requires the MLPerf quality target to "
@@ -131,11 +217,14 @@ def _compliance_section(report):
     details = [r for r in report.records if r.compliance and r.compliance.status != "pass"
                and not (r.compliance.status == "unsupported" and r.compliance.detail.endswith(": ok"))]
     if details:
-        lines += ["", "| file | verdict | ruleset | detail |", "|---|---|---|---|"]
-        for record in details:
+        lines += ["", "| file | benchmark | system | verdict | ruleset | detail |", "|---|---|---|---|---|---|"]
+        for record in details[:MAX_COMPLIANCE_ROWS]:
             detail = record.compliance.detail.replace("|", "\\|")
-            lines.append(f"| {record.file_name} | {record.compliance.status} | {record.compliance.ruleset or ''} "
-                         f"| {detail[:400]} |")
+            lines.append(f"| {display_path(record.path, report.roots)} | {record.benchmark} | {record.system} "
+                         f"| {record.compliance.status} | {record.compliance.ruleset or ''} | {detail[:300]} |")
+        if len(details) > MAX_COMPLIANCE_ROWS:
+            lines.append(f"\n{len(details) - MAX_COMPLIANCE_ROWS} more not passing: see `tables/runs.csv` "
+                         "(columns compliance, compliance_detail).")
     return "\n".join(lines) + "\n"
 
 

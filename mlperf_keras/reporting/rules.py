@@ -148,6 +148,8 @@ def mlperf_target(benchmark, ruleset):
     if target is None:
         return None
     if benchmark == "maskrcnn":
+        if hasattr(target, "items"):   # config: {"bbox": .., "segm": ..}; logs say BBOX/SEGM
+            return {str(k).upper(): v for k, v in target.items()}
         return {"BBOX": target[0], "SEGM": target[1]}
     if benchmark in ("gnmt", "transformer") and first_epoch_number(short) == 1:
         return target / 100

@@ -27,6 +27,7 @@ class Result:
     score_min: Optional[float]      # MLPerf score in minutes, None if the result is not valid
     status: str                     # "scored" or why not
     notes: List[str] = dataclasses.field(default_factory=list)
+    rule: str = ""                  # the round's scoring rule the score follows (rules.scoring_rule)
 
     @property
     def submittable(self):
@@ -73,7 +74,7 @@ def score_group(runs, benchmark, ruleset):
     system = runs[0].system
     required = rules.runs_per_result(benchmark, ruleset)
     attempts = runs[:rules.max_attempts(benchmark, ruleset)]
-    notes = [rules.scoring_rule(benchmark, ruleset)]
+    notes = []
     if len(runs) > len(attempts):
         notes.append(f"used the first {len(attempts)} of {len(runs)} runs (by run_start time)")
 
@@ -81,6 +82,7 @@ def score_group(runs, benchmark, ruleset):
         result = _score_ncf_v05(runs, attempts, benchmark, system, ruleset, required, notes)
     else:
         result = _score_olympic(runs, attempts, benchmark, system, ruleset, required, notes)
+    result.rule = rules.scoring_rule(benchmark, ruleset)
     resumed = [r for r in result.used if r.resumed]
     if resumed:
         # The clock may not be paused (training rules, "Run Results"): a run continued from a checkpoint never counts.

@@ -113,6 +113,8 @@ def _read_layout(root, system_folder, folder):
                   os.path.join(folder, "entry.json")]                       # v0.5
     for candidate in candidates:
         description = _read_json(candidate)
+        if description is None and os.path.isfile(candidate):
+            description = _read_entry_text(candidate)
         if isinstance(description, dict):
             _fill_from_description(layout, description)
             layout.description_file = candidate
@@ -120,11 +122,30 @@ def _read_layout(root, system_folder, folder):
             break
     else:
         layout.identified_by = f"folder {label} (no systems JSON found: GPU count unknown)"
-    if layout.submitter is None:
-        submission = _read_json(os.path.join(root, "submission.json"))   # v0.5: {"org": ..}
-        if isinstance(submission, dict) and submission.get("org"):
-            layout.submitter = str(submission["org"])
+    submission = _read_json(os.path.join(root, "submission.json"))   # v0.5: {"org": "Google", ..}
+    if isinstance(submission, dict) and submission.get("org"):
+        layout.submitter = layout.submitter or str(submission["org"])
+        # v0.5 folders are named "submission" or after the entry; the org names the system better.
+        layout.system = safe_name(f"{submission['org']}_{system_folder}")
     return layout
+
+
+def _read_entry_text(path):
+    """NVIDIA's v0.6 systems files are a logged `entry: {"value": "{'nodes': \"{'num_nodes': '1', ..}\"}"}` line,
+    not JSON: read the v0.5-style node fields out of the text."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    fields = {}
+    for name in ("num_nodes", "num_accelerators", "accelerator", "framework"):
+        match = re.search(r"'" + name + r"':\s*'([^']*)'", text)
+        if match:
+            fields[name] = match.group(1)
+    if "num_nodes" not in fields or "num_accelerators" not in fields:
+        return None
+    return {"framework": fields.get("framework"), "nodes": [fields]}
 
 
 def _read_json(path):

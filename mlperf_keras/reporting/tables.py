@@ -21,6 +21,9 @@ def runs_table(records, roots=()):
             "file": display_path(r.path, roots),
             "benchmark": r.benchmark,
             "system": r.system,
+            "identified_by": r.identified_by,
+            "round_from": r.round_source,
+            "resumed": r.resumed,
             "gpu_type": r.gpu_type,
             "devices": r.device_count,
             "workers": r.num_workers,
@@ -42,7 +45,7 @@ def runs_table(records, roots=()):
     return pd.DataFrame(rows, columns=_RUN_COLUMNS)
 
 
-_RUN_COLUMNS = ["file", "benchmark", "system", "gpu_type", "devices", "workers", "seed", "ruleset", "status",
+_RUN_COLUMNS = ["file", "benchmark", "system", "identified_by", "round_from", "resumed", "gpu_type", "devices", "workers", "seed", "ruleset", "status",
                 "converged", "time_to_train_min", "epochs_to_converge", "final_quality", "quality_target",
                 "throughput_samples_per_s", "compliance", "compliance_ruleset", "compliance_detail",
                 "missing", "notes"]
@@ -68,10 +71,15 @@ def scores_table(results):
             "score_min": res.score_min,
             "status": res.status,
             "submittable": res.submittable,
+            "gpu_type": res.runs[0].gpu_type,
+            "devices": res.runs[0].device_count,
+            "identified_by": res.runs[0].identified_by,
+            "rule": res.rule,
             "notes": "; ".join(res.notes),
         })
     return pd.DataFrame(rows, columns=["benchmark", "system", "ruleset", "runs_found", "runs_used", "runs_required",
-                                       "non_converged", "score_min", "status", "submittable", "notes"])
+                                       "non_converged", "score_min", "status", "submittable", "gpu_type", "devices",
+                                       "identified_by", "rule", "notes"])
 
 
 def time_to_train_table(results):
@@ -102,33 +110,50 @@ def time_to_train_table(results):
 def matches_baseline(baseline, family, system, gpu_type, platform_part):
     wanted = baseline.strip().lower()
     candidates = {str(x).lower() for x in (family, system, gpu_type, platform_part, safe_name(family)) if x}
-    return wanted in candidates
+    return wanted in candidates or safe_name(wanted).lower() in candidates
 
 
 def speedup_table(ttt, baseline):
-    """Speedup of every other system family over `baseline`, per benchmark and device count."""
-    columns = ["benchmark", "devices", "baseline", "system", "baseline_min", "system_min", "speedup"]
+    """Speedup of every other system over `baseline`, per benchmark, at any GPU count.
+
+    speedup = baseline time / system time; per_device_speedup divides by the ratio of device counts
+    (system devices / baseline devices), so an 8-GPU published system and a 1-GPU run of ours compare
+    per GPU too. Both counts come from the logs or the systems JSON; unknown counts leave it empty.
+    Results of different rounds are compared but the row says so (targets may differ).
+    """
+    columns = ["benchmark", "baseline", "baseline_devices", "baseline_ruleset", "system", "devices", "ruleset",
+               "baseline_min", "system_min", "speedup", "per_device_speedup", "note"]
     if ttt.empty:
         return pd.DataFrame(columns=columns), []
     is_base = ttt.apply(lambda row: matches_baseline(baseline, row["family"], row["system"], row["gpu_type"],
-                                                      row["family"].split(" (")[0]), axis=1)
-    base_families = sorted(set(ttt.loc[is_base, "family"]))
-    if not base_families:
+                                                      str(row["family"]).split(" (")[0]), axis=1)
+    base_rows = ttt[is_base]
+    if base_rows.empty:
         known = sorted(set(ttt["family"]))
-        return pd.DataFrame(columns=columns), [f"--baseline {baseline!r} matches no system; known: {known}"]
+        shown = ", ".join(map(str, known[:20])) + (f" ... ({len(known)} in all)" if len(known) > 20 else "")
+        return pd.DataFrame(columns=columns), [f"--baseline {baseline!r} matches no system; known: {shown}"]
     rows = []
-    for base_family in base_families:
-        base = ttt[(ttt["family"] == base_family)]
-        for _, b in base.iterrows():
-            others = ttt[(ttt["benchmark"] == b["benchmark"]) & (ttt["devices"] == b["devices"])
-                         & (ttt["family"] != base_family) & (ttt["ruleset"] == b["ruleset"])]
-            for _, o in others.iterrows():
-                speedup = b["time_to_train_min"] / o["time_to_train_min"] if o["time_to_train_min"] else np.nan
-                rows.append({"benchmark": b["benchmark"], "devices": b["devices"], "baseline": base_family,
-                             "system": o["family"], "baseline_min": b["time_to_train_min"],
-                             "system_min": o["time_to_train_min"], "speedup": speedup})
-    notes = [] if rows else [f"no benchmark and device count has both {baseline!r} and another system"]
+    for _, b in base_rows.iterrows():
+        others = ttt[(ttt["benchmark"] == b["benchmark"]) & (ttt["system"] != b["system"])
+                     & (ttt["family"] != b["family"])]
+        for _, o in others.iterrows():
+            speedup = b["time_to_train_min"] / o["time_to_train_min"] if o["time_to_train_min"] else np.nan
+            per_device = np.nan
+            if _known(b["devices"]) and _known(o["devices"]) and b["devices"] and o["devices"]:
+                per_device = speedup * float(b["devices"]) / float(o["devices"])
+            note = "" if str(b["ruleset"]) == str(o["ruleset"]) else \
+                f"different rounds ({b['ruleset']} vs {o['ruleset']}): targets may differ"
+            rows.append({"benchmark": b["benchmark"], "baseline": b["system"], "baseline_devices": b["devices"],
+                         "baseline_ruleset": b["ruleset"], "system": o["system"], "devices": o["devices"],
+                         "ruleset": o["ruleset"], "baseline_min": b["time_to_train_min"],
+                         "system_min": o["time_to_train_min"], "speedup": speedup,
+                         "per_device_speedup": per_device, "note": note})
+    notes = [] if rows else [f"no benchmark has both {baseline!r} and another system"]
     return pd.DataFrame(rows, columns=columns), notes
+
+
+def _known(value):
+    return value is not None and not pd.isna(value)
 
 
 def scaling_table(ttt, throughput):
