@@ -1,8 +1,9 @@
-"""python -m mlperf_keras.report --logs DIR [DIR ...] --out DIR [--baseline SYSTEM]
+"""python -m mlperf_keras.report --logs DIR [DIR ...] --out DIR [--baseline SYSTEM] [--round R]
 
-Reads every MLLOG file under the log folders (this package's logs and any other producer's
-mllog-format logs) and writes, under --out: report.md, tables/*.csv, charts/*.png|svg, and the
-MLPerf submission layout (systems/*.json, results/<system>/<benchmark>/result_<i>.txt).
+Reads every MLPerf log under the log folders (this package's logs, any other producer's, and the
+published results of every round: v0.5 ':::MLPv0.5.0', v0.6 ':::MLL', v0.7+ ':::MLLOG') and writes,
+under --out: report.md, tables/*.csv, charts/*.png|svg, and the MLPerf submission layout of this
+package's runs (systems/*.json, results/<system>/<benchmark>/result_<i>.txt).
 
 Exit status: 0 when every input was used, 1 when some input was skipped (each is named, with its
 reason, in the output and in report.md), 2 when the report could not be written at all.

@@ -80,9 +80,13 @@ def _header(report, log_dirs):
              f"on {len(systems)} systems."]
     skipped = report.skipped
     if skipped:
-        lines += ["", f"**{len(skipped)} inputs were skipped** (see Problems): "
-                      + "; ".join(f"`{os.path.basename(p.path.rstrip('/')) or p.path}`: {p.reason}" for p in skipped[:5])
-                      + (" ..." if len(skipped) > 5 else "")]
+        kinds = collections.Counter(problem_kind(p.reason) for p in skipped)
+        example = {}
+        for problem in skipped:
+            example.setdefault(problem_kind(problem.reason), problem.reason)
+        shown = [f"{example[kind]} ({count})" for kind, count in kinds.most_common(5)]
+        lines += ["", f"**{len(skipped)} inputs were skipped** (see Problems): " + "; ".join(shown)
+                      + (f"; and {len(kinds) - 5} more kinds" if len(kinds) > 5 else "")]
     demo = [r for r in report.records if r.demo]
     if demo:
         lines += ["", f"**{len(demo)} of the runs are demo runs** (built-in demo data, or a quality target below "

@@ -195,8 +195,9 @@ def _fill_from_description(layout, description):
 
 
 def platform_spelling_key(platform):
-    """What two spellings of one platform share: "1xDSS8440" and "DSS8440" -> "dss8440"."""
-    text = re.sub(r"^\d+\s*x\s*", "", str(platform).strip().lower())
+    """What two spellings of one platform share: "1xDSS8440" and "DSS8440" -> "dss8440",
+    "16xNVIDIA DGX-2H" and "16xNVIDIA DGX2-H" -> "16xnvidiadgx2h" (a count other than 1 is part of the name)."""
+    text = re.sub(r"^1\s*x\s*", "", str(platform).strip().lower())
     return re.sub(r"[^a-z0-9]+", "", text)
 
 
