@@ -249,3 +249,16 @@ def test_chart_colours_stay_distinct_past_ten_systems():
     for count in (9, 15, 40, 120):
         colours = [tuple(round(c, 4) for c in colour[:3]) for colour in distinct_colors(count)]
         assert len(set(colours)) == count
+
+
+def test_mixing_rounds_keeps_every_folder_apart(tmp_path):
+    """The same org/system folder under two rounds: two systems, each scored at its own round, none dropped."""
+    source = os.path.join(V07, "Tencent")
+    for round_folder in ("training_results_v0.6", "training_results_v0.7"):
+        shutil.copytree(source, tmp_path / "logs" / round_folder / "Tencent")
+    built = build_report([str(tmp_path / "logs")], str(tmp_path / "out"), check_compliance=False, draw_charts=False)
+    by_round = {r.ruleset: r for r in built.results}
+    assert set(by_round) == {"0.6", "0.7"}
+    assert {r.system for r in built.results} == {"Tencent_GN10X-8xV100", "Tencent_GN10X-8xV100_2"}
+    assert all(len(r.runs) == 10 and r.score_min is not None for r in built.results)
+    assert not [p for p in built.problems if "seed" in p.reason]   # no run dropped as a seed used twice
