@@ -26,7 +26,7 @@ MLLOG_TOKEN = ":::MLLOG"          # v0.7+ JSON lines (what mlperf_logging.mllog 
 MLL_V06_TOKEN = ":::MLL "          # v0.6 lines: ':::MLL <seconds> <key>: <json>'
 MLP_V05_TOKEN = ":::MLPv0.5.0"     # v0.5 lines: ':::MLPv0.5.0 <benchmark> <seconds> (<file>:<line>) <key>[: <value>]'
 _V05_LINE = re.compile(r":::MLPv0\.5\.0\s+(?P<benchmark>\S+)\s+(?P<seconds>[0-9.]+)\s+\((?P<where>[^)]*)\)\s+"
-                       r"(?P<key>[A-Za-z0-9_]+)(?::\s*(?P<value>.*))?$")
+                       r"(?P<key>[A-Za-z0-9_]+)(?:\s*:\s*(?P<value>.*))?$")
 
 # Files that are never logs; skipping them avoids reading checkpoints and datasets byte by byte.
 _NEVER_LOGS = (".h5", ".keras", ".npz", ".npy", ".pb", ".index", ".png", ".jpg", ".jpeg", ".svg",
@@ -116,12 +116,16 @@ def read_events(path):
     else:
         return [], [], None
 
-    events, bad = [], []
+    events, bad, seen = [], [], set()
     for number, line in enumerate(lines, start=1):
         if token not in line:
             continue
-        # Same normalisation as mlp_parser.strip_and_dedup: drop any prefix before the token.
+        # Same normalisation as mlp_parser.strip_and_dedup: drop any prefix before the token, and drop a line
+        # seen before (some logs print every line twice, once with a logger prefix).
         line = re.sub(".*" + re.escape(token), token, line).strip()
+        if line in seen:
+            continue
+        seen.add(line)
         try:
             events.append(to_event(number, line))
         except Exception as error:  # noqa: BLE001 - any malformed line is reported, not raised

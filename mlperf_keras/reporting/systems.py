@@ -125,8 +125,11 @@ def _read_layout(root, system_folder, folder):
     submission = _read_json(os.path.join(root, "submission.json"))   # v0.5: {"org": "Google", ..}
     if isinstance(submission, dict) and submission.get("org"):
         layout.submitter = layout.submitter or str(submission["org"])
-        # v0.5 folders are named "submission" or after the entry; the org names the system better.
-        layout.system = safe_name(f"{submission['org']}_{system_folder}")
+        # v0.5: <org>/<entry>/results/<system>; NVIDIA's entry is "submission", Google's name the entry
+        # ("resnet-tpuv2-8") over a system folder that is always "tpu".
+        entry = os.path.basename(root)
+        layout.system = safe_name(f"{submission['org']}_{system_folder}" if entry == "submission"
+                                  else f"{submission['org']}_{entry}_{system_folder}")
     return layout
 
 
