@@ -262,3 +262,35 @@ def test_mixing_rounds_keeps_every_folder_apart(tmp_path):
     assert {r.system for r in built.results} == {"Tencent_GN10X-8xV100", "Tencent_GN10X-8xV100_2"}
     assert all(len(r.runs) == 10 and r.score_min is not None for r in built.results)
     assert not [p for p in built.problems if "seed" in p.reason]   # no run dropped as a seed used twice
+
+
+def test_round_of_a_log_outside_a_vxy_folder_comes_from_round(tmp_path):
+    shutil.copytree(os.path.join(V07, "Tencent"), tmp_path / "logs" / "Tencent")
+    unknown = build_report([str(tmp_path / "logs")], str(tmp_path / "a"), draw_charts=False)
+    run = unknown.results[0].runs[0]
+    assert run.ruleset is None and run.compliance.status == "unsupported" and "--round" in run.compliance.detail
+    given = build_report([str(tmp_path / "logs")], str(tmp_path / "b"), draw_charts=False, default_round="0.7")
+    run = given.results[0].runs[0]
+    assert (run.ruleset, run.round_source) == ("0.7", "--round")
+    assert (run.compliance.status, run.compliance.ruleset) == ("pass", "0.7.0")
+
+
+def test_throughput_only_from_consistent_sample_counts():
+    from mlperf_keras.reporting.logfiles import Event
+    from mlperf_keras.reporting.parse import _throughput
+
+    def epochs(seconds_each, count):
+        events = []
+        for epoch in range(1, count + 1):
+            events.append(Event(1000.0 * seconds_each * (epoch - 1), "epoch_start", None, {"epoch_num": epoch}, 0))
+            events.append(Event(1000.0 * seconds_each * epoch, "epoch_stop", None, {"epoch_num": epoch}, 0))
+        return events
+
+    rate, source = _throughput(epochs(100.0, 4), 1281167, "resnet", run_ms=400_000)
+    assert rate == pytest.approx(12811.67) and source == "train_samples / epoch time"
+    # An iteration count logged as train_samples (1251 steps of 1024 images) is not the training-set size.
+    rate, source = _throughput(epochs(100.0, 4), 1251, "resnet", run_ms=400_000)
+    assert rate is None and "not resnet's training-set size" in source
+    # Epoch events covering a tenth of the run time only a part of each epoch: 10x too high a rate.
+    rate, source = _throughput(epochs(10.0, 4), 1281167, "resnet", run_ms=400_000)
+    assert rate is None and "time only 10% of the run" in source
