@@ -1,6 +1,7 @@
 """MLPerf Training rules the reporter applies: benchmarks, runs per result, targets, checker rulesets.
 
-Sources: /work/shared/MLPERF.md (rounds v0.5-v0.7) and the installed mlperf-logging package
+Sources: the MLPerf training rules of each round (mlcommons/training_policies), the published results
+(mlcommons/training_results_v0.5 ... v0.7) and the installed mlperf-logging package
 (`benchmark_meta._ALL_RESULT_FILE_COUNTS`, the compliance checker's `training_<ruleset>` folders).
 Kept as plain tables so a reader can check each number against its source.
 """
@@ -13,23 +14,25 @@ KNOWN_BENCHMARKS = MODEL_NAMES
 BENCHMARK_ALIASES = {"mask": "maskrcnn", "mask_rcnn": "maskrcnn", "resnet50": "resnet", "resnet-50": "resnet",
                      "ssd-resnet34": "ssd", "ssd_resnet34": "ssd"}
 
-# Training-set sizes (samples per epoch) a consistent train_samples must match (MLPERF.md section 1:
-# ImageNet 1,281,167 images; COCO 117,266 train images with annotations, for SSD and Mask R-CNN).
-# Translation sizes differ between submitters' preprocessing and are not checked.
+# Training-set sizes (samples per epoch) a consistent train_samples must match, within 5%: ImageNet-2012's
+# 1,281,167 training images; COCO 2017's 117,266 training images with annotations (118,287 with all images).
+# In training_results_v0.7 @0a8a85a209c8e45b661596c382cc20f4e32fd2fe the result_0 logs say 1,281,167 or 1,277,952
+# for resnet, 117,266 or 118,287 for ssd, and 118,287 but also 40,000 / 42,000 / 80,000 for maskrcnn (not
+# epoch sizes). Translation sizes differ with each submitter's preprocessing and are not checked.
 TRAIN_SAMPLES = {"resnet": 1281167, "ssd": 117266, "maskrcnn": 117266}
 TRAIN_SAMPLES_TOLERANCE = 0.05
 # Epoch/block timings must cover at least this fraction of run_start..run_stop to give a throughput.
 MIN_TIMED_FRACTION = 0.5
 
 # Runs that make one result. NCF differs by round: in v0.5 a submitter ran up to 100 runs and the
-# first 50 that converged made the result (MLPERF.md section 2); mlperf-logging's table says 10,
-# which is what its package checker expects for any later ruleset.
+# first 50 that converged made the result (training_policies training_rules.adoc @6e02163, see V05_RULE below);
+# mlperf-logging's table says 10, which is what its package checker expects for any later ruleset.
 _RUNS_PER_RESULT = {"resnet": 5, "ssd": 5, "maskrcnn": 5, "gnmt": 10, "transformer": 10, "ncf": 10}
 _NCF_V05_CONVERGED_RUNS = 50
 _NCF_V05_MAX_ATTEMPTS = 100
 
 # Olympic scoring drops the fastest and the slowest run. From v0.7 one non-converged run may stand
-# in for the slowest; two invalidate the result (MLPERF.md; result_summarizer's max_dropped_scores=1).
+# in for the slowest; two invalidate the result (result_summarizer's max_dropped_scores=1).
 MAX_NON_CONVERGED = 1
 
 # The newest compliance-checker ruleset whose config knows each benchmark *as this project trains it*

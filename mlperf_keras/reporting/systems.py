@@ -193,6 +193,9 @@ def _fill_from_description(layout, description):
     node_count = _as_count(_field(description, "number_of_nodes"))
     if per_node is not None and node_count is not None:
         layout.accelerator_count = per_node * node_count
+        if per_node == 0:
+            # CPU-only systems (Intel's v0.7 entries): count nodes, as this package counts CPU workers.
+            layout.accelerator_model, layout.accelerator_count = "cpu", node_count
     if layout.accelerator_model is not None and str(layout.accelerator_model).strip().lower() in ("n/a", "none", ""):
         layout.accelerator_model = "cpu"
 
