@@ -128,7 +128,10 @@ def _read_layout(root, system_folder, folder):
         # v0.5: <org>/<entry>/results/<system>; NVIDIA's entry is "submission", Google's name the entry
         # ("resnet-tpuv2-8") over a system folder that is always "tpu".
         entry = os.path.basename(root)
-        layout.system = safe_name(f"{submission['org']}_{system_folder}" if entry == "submission"
+        # v0.6 entries with a v0.5-style submission.json sit in the org folder itself (Fujitsu/, Alibaba/).
+        plain = entry.lower() == "submission" or \
+            safe_name(entry).lower() == safe_name(submission["org"]).split("_")[0].lower()
+        layout.system = safe_name(f"{submission['org']}_{system_folder}" if plain
                                   else f"{submission['org']}_{entry}_{system_folder}")
     return layout
 
@@ -183,10 +186,12 @@ def _fill_from_description(layout, description):
     if isinstance(nodes, list) and nodes and all(isinstance(n, dict) for n in nodes):
         # v0.5 entry.json: [{"num_nodes": 1, "accelerator": "Tesla V100-SXM2-16GB", "num_accelerators": 8}, ...]
         counts = [(_as_count(n.get("num_nodes")), _as_count(n.get("num_accelerators"))) for n in nodes]
-        if all(a is not None and b is not None for a, b in counts):
-            layout.accelerator_count = sum(a * b for a, b in counts)
         models = {str(n.get("accelerator")) for n in nodes if n.get("accelerator")}
         layout.accelerator_model = ", ".join(sorted(models)) or None
+        if all(a is not None and b is not None for a, b in counts):
+            layout.accelerator_count = sum(a * b for a, b in counts)
+            if layout.accelerator_count == 0:   # CPU-only (Intel's v0.5 entries): count nodes
+                layout.accelerator_model, layout.accelerator_count = "cpu", sum(a for a, _ in counts)
         return
     layout.accelerator_model = _field(description, "accelerator_model_name")
     per_node = _as_count(_field(description, "accelerators_per_node"))
