@@ -295,3 +295,21 @@ def test_throughput_only_from_consistent_sample_counts():
     # Epoch events covering a tenth of the run time only a part of each epoch: 10x too high a rate.
     rate, source = _throughput(epochs(10.0, 4), 1281167, "resnet", run_ms=400_000)
     assert rate is None and "time only 10% of the run" in source
+
+
+def test_a_float32_target_logged_as_float64_counts_as_reached(tmp_path):
+    """NVIDIA's v0.5 GNMT logs BLEU 21.8 reached as 21.799999237060547 with run_stop success."""
+    lines = [':::MLPv0.5.0 gnmt 1541780000.0 (train.py:242) run_start',
+             ':::MLPv0.5.0 gnmt 1541781000.0 (train.py:464) eval_accuracy: {"epoch": 2, "value": 21.799999237060547}',
+             ':::MLPv0.5.0 gnmt 1541781000.1 (train.py:466) eval_target: 21.8',
+             ':::MLPv0.5.0 gnmt 1541781000.2 (train.py:488) run_stop: {"success": true}']
+    path = tmp_path / "result_0.txt"
+    path.write_text("\n".join(lines) + "\n")
+    record, _ = parse_log(str(path))
+    assert record.converged and record.time_to_train_min == pytest.approx(1000.2 / 60)
+    path.write_text("\n".join(lines).replace("21.799999237060547", "21.79") + "\n")
+    record, _ = parse_log(str(path))
+    assert not record.converged
+    path.write_text("\n".join(lines).replace("21.799999237060547", "NaN") + "\n")
+    record, _ = parse_log(str(path))
+    assert not record.converged

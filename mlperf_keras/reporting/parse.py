@@ -258,6 +258,16 @@ def _below(target, official):
     return target < official
 
 
+# Logged values are often float32 printed as float64: NVIDIA's v0.5 GNMT logs a reached BLEU 21.8 as
+# 21.799999237060547 (with run_stop success). Within this relative distance a value counts as the target.
+_FLOAT32_TOLERANCE = 1e-6
+
+
+def _at_least(value, goal):
+    """value >= goal up to float32 rounding; NaN never is."""
+    return isinstance(value, (int, float)) and value >= goal - _FLOAT32_TOLERANCE * abs(goal)
+
+
 def _reached(value, target):
     if target is None or value is None:
         return None
@@ -265,11 +275,10 @@ def _reached(value, target):
         if not isinstance(value, dict):
             return None
         value = {str(k).upper(): v for k, v in value.items()}
-        return all(isinstance(value.get(str(name).upper()), (int, float)) and value[str(name).upper()] >= goal
-                   for name, goal in target.items())
+        return all(_at_least(value.get(str(name).upper()), goal) for name, goal in target.items())
     if isinstance(value, dict) or not isinstance(value, (int, float)):
         return None
-    return value >= target
+    return _at_least(value, target)
 
 
 def _converged(record):
