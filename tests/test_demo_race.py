@@ -97,7 +97,8 @@ def test_a_lock_is_freed_when_its_holder_dies(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.skipif(shutil.which("horovodrun") is None, reason="Horovod not installed (bash scripts/install_horovod.sh)")
+@pytest.mark.skipif(shutil.which("horovodrun") is None,
+                    reason="Horovod not installed (bash scripts/install_horovod.sh)")
 def test_horovodrun_two_workers_on_an_empty_cache_both_train(tmp_path):
     """The README's multi-worker demo without --data_dir: both ranks start on an empty cache and train."""
     out = tmp_path / "runs"

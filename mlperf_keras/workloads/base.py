@@ -1,4 +1,4 @@
-"""The workload contract (DESIGN.md seam 1): what the one training loop needs from each of the six workloads.
+"""The workload contract: what the one training loop needs from each of the six workloads.
 
 A workload module defines one subclass of Workload and nothing in the loop asks which workload it runs.
 """
@@ -37,7 +37,7 @@ class Workload(abc.ABC):
     dataset_name: str         # what data_prep writes into the manifest's "dataset"
     prepare_command: str      # how a user prepares its data
     throughput_unit: str = "samples"      # what one "sample" of samples/s is (images, target tokens...)
-    train_flops_per_sample: float = 0.0   # training FLOPs per sample at reference size (MLPERF.md section 3)
+    train_flops_per_sample: float = 0.0   # training FLOPs per sample at reference size (benchmark: fraction of peak)
 
     def samples_in_batch(self, batch, config: RunConfig) -> int:
         """How many samples (throughput_unit) one worker's batch really holds; token batches count real tokens."""
