@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import tempfile
 
 import numpy as np
 
@@ -251,9 +252,10 @@ def write_raw(raw_dir: str, num_train: int = 64, num_val: int = 16, size=((256, 
                     "licenses": [{"url": "", "id": 1, "name": "generated"}],
                     "images": images, "annotations": annotations, "categories": categories}
         path = os.path.join(raw_dir, "annotations", f"instances_{split}2017.json")
-        with open(path + ".tmp", "w") as f:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:  # a temp name of its own: concurrent writers never share one
             json.dump(document, f)
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
         names = [image["file_name"] for image in images]
         info[split] = {"images": len(images), "annotations": len(annotations),
                        **{kind: [names[n]] for n, kind in special.items() if n < len(names)}}

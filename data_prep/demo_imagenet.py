@@ -13,6 +13,7 @@ import colorsys
 import io
 import os
 import tarfile
+import tempfile
 
 import numpy as np
 
@@ -62,6 +63,13 @@ def _add(archive: tarfile.TarFile, name: str, data: bytes):
     archive.addfile(info, io.BytesIO(data))
 
 
+def _temp_name(path: str) -> str:
+    """A fresh file name beside path, for writing it atomically: concurrent writers never share a temp file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".", suffix=".tmp")
+    os.close(fd)
+    return tmp
+
+
 def _write_devkit(path: str, wnids: list[str], val_wnids: list[str], rng):
     """A devkit tarball: class ids 1..N assigned in a shuffled order, meta.mat with the 'synsets' struct."""
     from scipy.io import savemat
@@ -101,7 +109,8 @@ def write_raw(raw_dir: str, num_classes: int = 4, train_per_class: int = 6, val_
         special[(num_classes - 1, train_per_class - 1)] = "truncated"
     info = {"wnids": wnids, "png": [], "cmyk": [], "gray": [], "truncated": [], "train_images": 0}
     train_path = os.path.join(raw_dir, "ILSVRC2012_img_train.tar")
-    with tarfile.open(train_path + ".tmp", "w") as outer:
+    train_tmp = _temp_name(train_path)
+    with tarfile.open(train_tmp, "w") as outer:
         for label in reversed(range(num_classes)):  # not in sorted order: labels must not follow tar order
             inner_bytes = io.BytesIO()
             with tarfile.open(fileobj=inner_bytes, mode="w") as inner:
@@ -113,18 +122,19 @@ def write_raw(raw_dir: str, num_classes: int = 4, train_per_class: int = 6, val_
                         info[kind].append(name)
                     info["train_images"] += 1
             _add(outer, f"{wnids[label]}.tar", inner_bytes.getvalue())
-    os.replace(train_path + ".tmp", train_path)
+    os.replace(train_tmp, train_path)
 
     val_labels = [int(rng.integers(num_classes)) for _ in range(val_images)]
     val_path = os.path.join(raw_dir, "ILSVRC2012_img_val.tar")
-    with tarfile.open(val_path + ".tmp", "w") as archive:
+    val_tmp = _temp_name(val_path)
+    with tarfile.open(val_tmp, "w") as archive:
         for i, label in enumerate(val_labels, 1):
             kind = "truncated" if corrupt == "val" and i == val_images else "jpeg"
             name = f"ILSVRC2012_val_{i:08d}.JPEG"
             _add(archive, name, _encode(class_image(rng, label, num_classes, size, photo), kind))
             if kind != "jpeg":
                 info[kind].append(name)
-    os.replace(val_path + ".tmp", val_path)
+    os.replace(val_tmp, val_path)
     info["val_wnids"] = [wnids[label] for label in val_labels]
     if labels == "wnids":
         with open(os.path.join(raw_dir, "ILSVRC2012_validation_labels.txt"), "w") as f:

@@ -7,6 +7,7 @@ tests check. The file is in the official format (header userId,movieId,rating,ti
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 
@@ -36,8 +37,10 @@ def write_ratings_csv(path: str, num_users: int, num_items: int, num_genres: int
     movie_ids = np.sort(rng.choice(num_items * 5, size=num_items, replace=False)) + 1  # sparse, like MovieLens
     order = rng.permutation(len(users))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    # A name of its own in the same folder: concurrent writers never share a temp file, and os.replace is atomic.
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=os.path.basename(path) + ".",
+                               suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
         f.write("userId,movieId,rating,timestamp\n")
         for lo in range(0, len(order), chunk_rows):
             rows = order[lo:lo + chunk_rows]

@@ -60,3 +60,28 @@ def peak_tflops(model: str, precision: str) -> float | None:
         if key in model.upper():
             return table[precision]
     return None
+
+
+# The hardware flagfiles in flags/ (their --platform) -> the accelerator they were written for, as nvidia-smi names
+# it (a substring of the model; "cpu" for no accelerator).
+PRESET_ACCELERATORS = {"cpu": "cpu", "r740_t4": "T4", "r740_v100_pcie": "V100", "a100": "A100", "h200": "H200"}
+
+
+def preset_mismatch_warning(platform: str | None, detected_model: str) -> str | None:
+    """A warning line when --platform names a hardware preset for another accelerator than the one detected (e.g.
+    flags/r740_t4.flags on an H200: its batch sizes, precision and peak TFLOP/s are wrong there, and so is the
+    logged submission_platform); None when they match or the platform is not one of the presets."""
+    wanted = PRESET_ACCELERATORS.get(platform or "")
+    if wanted is None:
+        return None
+    have_gpu = detected_model != "cpu"
+    if (wanted == "cpu" and not have_gpu) or (wanted != "cpu" and wanted in detected_model.upper()):
+        return None
+    here = detected_model if have_gpu else "no GPU"
+    matching = [name for name, model in PRESET_ACCELERATORS.items()
+                if (model == "cpu" and not have_gpu) or (model != "cpu" and model in detected_model.upper())]
+    advice = (f"use --flagfile=flags/{matching[0]}.flags" if matching
+              else "write a flagfile for it (see flags/) or pass --platform=<its name>")
+    machine = "a CPU-only machine" if wanted == "cpu" else f"NVIDIA {wanted}"
+    return (f"warning: --platform={platform} is the preset for {machine}, but this machine has {here}: its batch "
+            f"sizes, precision and peak TFLOP/s do not fit, and the log will name the wrong system; {advice}")

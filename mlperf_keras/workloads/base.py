@@ -1,10 +1,11 @@
-"""The workload contract (DESIGN.md seam 1): what the one training loop needs from each of the six workloads.
+"""The workload contract: what the one training loop needs from each of the six workloads.
 
 A workload module defines one subclass of Workload and nothing in the loop asks which workload it runs.
 """
 from __future__ import annotations
 
 import abc
+import contextlib
 from typing import Any, Callable, Iterator
 
 from mlperf_keras.config import RunConfig, quality_reached
@@ -36,7 +37,7 @@ class Workload(abc.ABC):
     dataset_name: str         # what data_prep writes into the manifest's "dataset"
     prepare_command: str      # how a user prepares its data
     throughput_unit: str = "samples"      # what one "sample" of samples/s is (images, target tokens...)
-    train_flops_per_sample: float = 0.0   # training FLOPs per sample at reference size (MLPERF.md section 3)
+    train_flops_per_sample: float = 0.0   # training FLOPs per sample at reference size (benchmark: fraction of peak)
 
     def samples_in_batch(self, batch, config: RunConfig) -> int:
         """How many samples (throughput_unit) one worker's batch really holds; token batches count real tokens."""
@@ -117,21 +118,35 @@ class Workload(abc.ABC):
     demo_target: float
     demo_hparams: dict = {}
 
-    def prepare_demo(self, cache_dir: str, log=print) -> str:
-        """The prepared demo dataset under cache_dir, generated (official raw format) and prepared once."""
+    def prepare_demo(self, cache_dir: str, log=print, wait_timeout_s: float = 1800.0) -> str:
+        """The prepared demo dataset under cache_dir, generated (official raw format) and prepared once.
+
+        Safe when several workers start on an empty cache at once (horovodrun -np N without --data_dir): the
+        process holding an exclusive lock on cache_dir/<name>/.prepare.lock generates and prepares, the others wait
+        for it (a line every 30 s; a DataError after wait_timeout_s) and then read what it prepared."""
         import os
 
         from mlperf_keras.inputs.manifest import DataError, read_manifest
 
-        prepared = os.path.join(cache_dir, self.name, "prepared")
-        try:
-            read_manifest(prepared, self.name)
+        root = os.path.join(cache_dir, self.name)
+        prepared = os.path.join(root, "prepared")
+
+        def ready() -> bool:
+            try:
+                read_manifest(prepared, self.name)
+                return True
+            except DataError:
+                return False
+
+        if ready():
             return prepared
-        except DataError:
-            pass
-        raw = os.path.join(cache_dir, self.name, "raw")
-        self.write_demo_raw(raw, log)
-        self.prepare_demo_raw(raw, prepared, lambda msg: log(f"demo: {msg}"))
+        os.makedirs(root, exist_ok=True)
+        with exclusive_lock(os.path.join(root, ".prepare.lock"), wait_timeout_s, log,
+                            what=f"the {self.name} demo data"):
+            if not ready():  # whoever held the lock before may have prepared it
+                raw = os.path.join(root, "raw")
+                self.write_demo_raw(raw, log)
+                self.prepare_demo_raw(raw, prepared, lambda msg: log(f"demo: {msg}"))
         return prepared
 
     def write_demo_raw(self, raw_dir: str, log) -> None:
@@ -141,3 +156,36 @@ class Workload(abc.ABC):
     def prepare_demo_raw(self, raw_dir: str, prepared_dir: str, log) -> None:
         """Run this workload's data_prep on the demo raw data."""
         raise NotImplementedError(f"{self.name} has no built-in demo data yet")
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str, timeout_s: float, log, what: str, report_every_s: float = 30.0, poll_s: float = 0.2):
+    """Hold an exclusive flock on path (created if missing) for the with-block; wait at most timeout_s for it.
+
+    The kernel releases a flock when its holder exits, even by a crash, so a lock file left behind is never stale.
+    flock works between processes of one machine; on a network file system shared by several hosts it may not."""
+    import fcntl
+    import time
+
+    from mlperf_keras.inputs.manifest import DataError
+
+    with open(path, "a") as lock:
+        start, last_report = time.monotonic(), None
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            now = time.monotonic()
+            if now - start >= timeout_s:
+                raise DataError(f"waited {now - start:.0f} s for another process to prepare {what} (it holds the "
+                                f"lock {path}); stop that process if it hangs, then run again")
+            if last_report is None or now - last_report >= report_every_s:
+                log(f"waiting for another process to prepare {what} ({now - start:.0f} s)")
+                last_report = now
+            time.sleep(poll_s)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
