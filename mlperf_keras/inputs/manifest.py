@@ -43,6 +43,8 @@ def read_manifest(data_dir: str, workload: str) -> dict:
             manifest = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise DataError(f"{path}: unreadable manifest ({e})") from None
+    if not isinstance(manifest, dict):
+        raise DataError(f"{path}: malformed manifest (a JSON object expected, found {type(manifest).__name__})")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise DataError(f"{path}: format_version {manifest.get('format_version')!r}, this package reads "
                         f"{FORMAT_VERSION}; prepare the data again")
@@ -51,7 +53,78 @@ def read_manifest(data_dir: str, workload: str) -> dict:
     if workload not in accepted:
         prepared_for = " or ".join(f"--model={name}" for name in accepted)
         raise DataError(f"{path}: this folder was prepared for {prepared_for}, not --model={workload}")
+    check_manifest(manifest, path)
     return manifest
+
+
+def check_manifest(manifest, path: str) -> None:
+    """The manifest's structure: counts a mapping of numbers, files a list of {name, bytes, sha256[, rows]} with
+    plain file names. A hand-edited or damaged manifest fails here with one line instead of a KeyError later."""
+    def bad(what):
+        raise DataError(f"{path}: malformed manifest ({what}); prepare the data again")
+
+    if not isinstance(manifest, dict):
+        bad(f"a JSON object expected, found {type(manifest).__name__}")
+    counts, files = manifest.get("counts"), manifest.get("files")
+    if not isinstance(counts, dict):
+        bad("no 'counts' object")
+    if not isinstance(files, list) or not files:
+        bad("no 'files' list")
+    names = set()
+    for i, entry in enumerate(files):
+        if not isinstance(entry, dict):
+            bad(f"files[{i}] is not an object")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name or os.path.basename(name) != name or name in (".", ".."):
+            bad(f"files[{i}].name {name!r} is not a plain file name")
+        if name in names:
+            bad(f"{name} listed twice")
+        names.add(name)
+        for key, kind in (("bytes", int), ("sha256", str)):
+            if not isinstance(entry.get(key), kind) or isinstance(entry.get(key), bool):
+                bad(f"{name}: '{key}' missing or not a {kind.__name__}")
+        rows = entry.get("rows")
+        if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 0):
+            bad(f"{name}: 'rows' {rows!r} is not a count")
+
+
+# Manifest counts that must equal the rows of one split's files: (count key, split). A manifest edited or damaged so
+# that they disagree (a shard entry removed, a count scaled) would make a run log sizes it does not read.
+SPLIT_ROW_COUNTS = (("train_positives", "train"), ("eval_users", "eval"),                   # MovieLens (ncf)
+                    ("train_images", "train"), ("val_images", "validation"),                # ImageNet, COCO
+                    ("train_pairs", "train"), ("eval_sentences", "eval"))                   # WMT
+
+
+def check_files(data_dir: str, manifest: dict) -> None:
+    """The cheap part of the data check, for before the MLPerf log opens: every file the manifest lists exists with
+    its size; a .npy file's header holds the rows the manifest says; each split's rows add up to the manifest's
+    counts. No data is read (verify_files hashes it, on the clock)."""
+    import numpy as np
+
+    for entry in manifest["files"]:
+        path = os.path.join(data_dir, entry["name"])
+        if not os.path.isfile(path):
+            raise DataError(f"{path}: listed in the manifest but missing")
+        size = os.path.getsize(path)
+        if size != entry["bytes"]:
+            raise DataError(f"{path}: {size} bytes, the manifest says {entry['bytes']} (truncated or replaced?)")
+        if path.endswith(".npy") and entry.get("rows") is not None:
+            try:
+                shape = np.load(path, mmap_mode="r", allow_pickle=False).shape  # reads the header only
+            except (OSError, ValueError, EOFError) as e:
+                raise DataError(f"{path}: not a readable .npy file ({e})") from None
+            if not shape or shape[0] != entry["rows"]:
+                raise DataError(f"{path}: holds {shape[0] if shape else 0} rows, the manifest says {entry['rows']}")
+    counts = manifest["counts"]
+    for key, split in SPLIT_ROW_COUNTS:
+        files = [f for f in manifest["files"] if f.get("split") == split]
+        if key not in counts or not files or any(f.get("rows") is None for f in files):
+            continue
+        rows = sum(f["rows"] for f in files)
+        if rows != counts[key]:
+            raise DataError(f"{os.path.join(data_dir, MANIFEST_NAME)}: counts.{key} is {counts[key]} but its "
+                            f"{len(files)} {split} files hold {rows} rows (a file removed from the list, or the "
+                            f"counts edited?); prepare the data again")
 
 
 # Training hashes a dataset only up to this size: its check is on the MLPerf clock, and hashing ImageNet's 140 GB

@@ -1,0 +1,342 @@
+"""The fault matrix (issue: no false success, checks before the clock, faults that end cleanly).
+
+Every case asserts what a user sees: one `error:` line on stderr and no traceback, a non-zero exit status, no
+success in any log, and nothing half-written (a start that fails validation writes no MLPerf log at all; a log that
+cannot be written ends at its last whole line). Most cases call train.main in this process (a TensorFlow subprocess
+costs ~10 s each); the ones about signals and process limits need a subprocess.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from mlperf_keras import distribute, loop, mlperf_log
+from tests.conftest import ROOT, train_values
+
+NCF_SMALL = "mf_dim=8,mlp_layers=32-32-16,batch_size=4096,learning_rate=0.003,beta_1=0.9,beta_2=0.999"
+
+
+def main_in_process(argv, capsys):
+    """mlperf_keras.train's main on these flags, in this process: (exit status, stdout, stderr)."""
+    from absl import flags
+
+    from mlperf_keras import train as train_cli
+
+    flag_values = flags.FLAGS
+    flag_values.unparse_flags()
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        flag_values(["train", *argv])
+        status = train_cli.main(["train"])
+    finally:
+        flag_values.unparse_flags()
+        signal.signal(signal.SIGTERM, previous)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def read_events(path):
+    with open(path) as f:
+        return [json.loads(line[len(":::MLLOG "):]) for line in f]
+
+
+def assert_one_line_error(status, err, expected_status, *fragments):
+    lines = [line for line in err.splitlines() if line.strip()]
+    error_lines = [line for line in lines if line.startswith("error:")]
+    assert status == expected_status, (status, err[-2000:])
+    assert len(error_lines) == 1 and "Traceback" not in err, err[-2000:]
+    for fragment in fragments:
+        assert fragment in error_lines[0], (fragment, error_lines[0])
+
+
+def assert_aborted_log(path, reason_fragment):
+    events = read_events(path)
+    assert events[-1]["key"] == "run_stop", events[-1]
+    assert events[-1]["metadata"]["status"] == "aborted"
+    assert reason_fragment in events[-1]["metadata"]["reason"], events[-1]["metadata"]
+    assert not any(e["key"] == "run_stop" and e["metadata"].get("status") == "success" for e in events)
+    return events
+
+
+# ---- divergence: a non-finite loss or metric ends the run as aborted ----
+
+def test_ncf_divergence_exits_non_zero_with_aborted_log(prepared_ncf, tmp_path, capsys):
+    """The issue's case: learning_rate=1e30 made the loss NaN, HR@10 1.0 and run_stop success."""
+    runs = tmp_path / "runs"
+    status, out, err = main_in_process(
+        [f"--data_dir={prepared_ncf}", f"--output_dir={runs}", "--seed=1", "--max_epochs=3",
+         f"--hparams={NCF_SMALL.replace('learning_rate=0.003', 'learning_rate=1e30')}"], capsys)
+    assert_one_line_error(status, err, 3, "run aborted: non-finite training loss", "diverged")
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "aborted" and summary["epochs"] == 1 and summary["quality"] is None
+    (log,) = glob.glob(str(runs / "*.log"))
+    events = assert_aborted_log(log, "non-finite training loss")
+    assert not any(e["key"] == "eval_accuracy" for e in events)  # a diverged model is not evaluated
+    assert log.endswith(".log") and open(log).read().endswith("\n")
+
+
+@pytest.mark.parametrize("model, hparams, batch", [
+    ("resnet", "image_size=32,eval_resize=36,width=8,block_sizes=1-1-1-1,train_images=128,val_images=32,"
+               "num_classes=10,learning_rate=1e30", 32),
+    pytest.param("ssd", "width=8,train_images=8,val_images=4,learning_rate=1e30", 4, marks=pytest.mark.slow),
+    pytest.param("transformer", "d_model=16,num_layers=1,num_heads=2,filter_size=32,vocab_size=64,train_pairs=64,"
+                                "eval_sentences=4,max_length=16,learning_rate=1e30,warmup_steps=1", 256,
+                 marks=pytest.mark.slow),
+])
+def test_divergence_aborts_every_workload_family(model, hparams, batch, tmp_path):
+    """Tiny synthetic configs of the image, detection and translation families with a learning rate of 1e30."""
+    values = train_values(model=model, synthetic=True, hparams=hparams, batch_size=batch, max_epochs=2, seed=1,
+                          output_dir=str(tmp_path), jit_compile=False)
+    from mlperf_keras import train as train_cli
+
+    dist = distribute.create("tensorflow")
+    workload, manifest, config = train_cli.prepare(values, dist, say=lambda _: None)
+    result = loop.run(config, workload, dist, manifest)
+    assert result.status == "aborted" and "non-finite training loss" in result.reason, result
+    assert_aborted_log(result.log_path, "non-finite training loss")
+
+
+def test_non_finite_metric_aborts(prepared_ncf, tmp_path, monkeypatch):
+    """A metric that comes out NaN never counts as reached, and ends the run (the loss alone may look fine)."""
+    from mlperf_keras import train as train_cli
+    from mlperf_keras.workloads import ncf
+
+    monkeypatch.setattr(ncf._HitRateEvaluator, "evaluate", lambda self, predict: float("nan"))
+    values = train_values(data_dir=prepared_ncf, output_dir=str(tmp_path), seed=2, hparams=NCF_SMALL, max_epochs=3)
+    dist = distribute.create("tensorflow")
+    workload, manifest, config = train_cli.prepare(values, dist, say=lambda _: None)
+    result = loop.run(dataclasses.replace(config, quality_target=0.0), workload, dist, manifest)
+    assert result.status == "aborted" and result.epochs == 1 and "non-finite HR@10" in result.reason
+    events = assert_aborted_log(result.log_path, "non-finite HR@10")
+    assert not any(e["key"] == "eval_accuracy" for e in events)
+
+
+def test_progress_read_of_a_non_finite_loss_ends_the_epoch():
+    """run_epoch stops at the first progress line that reads a non-finite loss, not at the epoch's end."""
+    calls = []
+
+    def step(x, y):
+        calls.append(x)
+        return float("nan") if len(calls) >= 3 else 1.0
+
+    batches = ((i, i) for i in range(100))
+    loss = loop.run_epoch(step, batches, 100, 1, progress_seconds=0.0, say=lambda _: None)
+    assert np.isnan(loss) and len(calls) == 3
+
+
+# ---- validation before the log opens: a bad start writes no MLPerf log ----
+
+def _copy(prepared_ncf, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(prepared_ncf, copy)
+    return copy
+
+
+def _edit_manifest(data_dir, edit):
+    path = os.path.join(data_dir, "manifest.json")
+    manifest = json.load(open(path))
+    edit(manifest)
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
+def _drop_first_eval_entry(manifest):
+    evals = [f for f in manifest["files"] if f["split"] == "eval"]
+    manifest["files"].remove(evals[0])
+
+
+def _remove_train_shard(data_dir):
+    os.remove(sorted(glob.glob(os.path.join(data_dir, "train-*.npy")))[-1])
+
+
+def _scale_counts(manifest):
+    manifest["counts"]["train_positives"] *= 10
+    manifest["counts"]["eval_users"] *= 10
+
+
+def _scale_rows(manifest):
+    for entry in manifest["files"]:
+        entry["rows"] = entry["rows"] * 10
+
+
+BAD_STARTS = [
+    # (flags, data edit, message fragment)
+    (["--seed=-1"], None, "--seed=-1: a seed is an integer in [0, 2147483648)"),
+    ([f"--seed={2**31}"], None, "a seed is an integer"),
+    (["--max_epochs=0"], None, "--max_epochs=0: at least 1"),
+    (["--max_epochs=-1"], None, "--max_epochs=-1: at least 1"),
+    (["--hparams=num_items=5"], None, "num_items=5: the prepared data has num_items=1500"),
+    (["--hparams=num_items=1000"], None, "cannot be overridden"),
+    (["--hparams=num_users=99999"], None, "the prepared data has num_users="),
+    (["--hparams=learning_rate=-0.1"], None, "a learning rate is a positive finite number"),
+    (["--hparams=learning_rate=0"], None, "a learning rate is a positive finite number"),
+    (["--hparams=learning_rate=nan"], None, "a learning rate is a positive finite number"),
+    (["--progress_seconds=0"], None, "--progress_seconds=0.0: must be positive"),
+    (["--resume"], None, "--resume needs --checkpoint_dir"),
+    (["--resume", "--checkpoint_dir={tmp}/empty"], None, "--resume: no checkpoint in"),
+    (["--keep_checkpoints=0", "--checkpoint_dir={tmp}/ck"], None, "--keep_checkpoints=0: at least 1"),
+    ([], _remove_train_shard, "listed in the manifest but missing"),
+    ([], lambda d: os.remove(sorted(glob.glob(os.path.join(d, "eval-*.npy")))[0]), "listed in the manifest but missing"),
+    ([], lambda d: _edit_manifest(d, _drop_first_eval_entry), "counts.eval_users is"),
+    ([], lambda d: _edit_manifest(d, _scale_counts), "counts.train_positives is"),
+    ([], lambda d: _edit_manifest(d, _scale_rows), "rows, the manifest says"),
+    ([], lambda d: _edit_manifest(d, lambda m: m.update(files={"a": 1})), "malformed manifest (no 'files' list)"),
+    ([], lambda d: _edit_manifest(d, lambda m: m["files"][0].update(name="../x.npy")), "is not a plain file name"),
+    ([], lambda d: _edit_manifest(d, lambda m: m["files"][0].pop("bytes")), "'bytes' missing"),
+    ([], lambda d: open(os.path.join(d, "manifest.json"), "w").write("{not json"), "unreadable manifest"),
+    ([], lambda d: open(sorted(glob.glob(os.path.join(d, "train-*.npy")))[0], "ab").write(b"\0"),
+     "bytes, the manifest says"),
+]
+
+
+@pytest.mark.parametrize("flag_args, data_edit, message", BAD_STARTS,
+                         ids=[f"case{i}" for i in range(len(BAD_STARTS))])
+def test_bad_start_is_one_line_and_writes_no_log(prepared_ncf, tmp_path, capsys, flag_args, data_edit, message):
+    data_dir = prepared_ncf
+    if data_edit is not None:
+        data_dir = str(_copy(prepared_ncf, tmp_path))
+        data_edit(data_dir)
+    runs = tmp_path / "runs"
+    argv = [f"--data_dir={data_dir}", f"--output_dir={runs}", f"--hparams={NCF_SMALL}", "--seed=5",
+            *(a.format(tmp=tmp_path) for a in flag_args)]
+    if any(a.startswith("--hparams") for a in flag_args):  # the case's own hparams (only the overridden key)
+        argv.remove(f"--hparams={NCF_SMALL}")
+    if any(a.startswith("--seed") for a in flag_args):
+        argv.remove("--seed=5")
+    status, out, err = main_in_process(argv, capsys)
+    assert_one_line_error(status, err, 2, message)
+    assert glob.glob(str(runs / "*.log")) == [] and glob.glob(str(runs / "*.json")) == []
+
+
+@pytest.mark.parametrize("make_bad, message", [
+    (lambda tmp: (tmp / "a_file").write_text("x") and str(tmp / "a_file"), "is a file, not a folder"),
+    (lambda tmp: "/proc/mlperf_keras_runs", "is not writable"),
+])
+def test_output_dir_a_file_or_unwritable_fails_before_any_data_is_read(tmp_path, capsys, monkeypatch, make_bad,
+                                                                       message):
+    from mlperf_keras.inputs import manifest
+
+    def must_not_read(*args, **kwargs):
+        raise AssertionError("data was read before the output folder was checked")
+
+    monkeypatch.setattr(manifest, "read_manifest", must_not_read)
+    bad = make_bad(tmp_path)
+    status, out, err = main_in_process([f"--data_dir={tmp_path}", f"--output_dir={bad}", "--seed=1"], capsys)
+    assert_one_line_error(status, err, 2, f"--output_dir={bad}", message)
+
+
+def test_corrupt_checksum_is_found_on_the_clock_and_logged_aborted(prepared_ncf, tmp_path, capsys):
+    """Same size, other bytes: only the sha256 (read on the clock, as the rules want) can tell."""
+    data_dir = _copy(prepared_ncf, tmp_path)
+    victim = sorted(glob.glob(str(data_dir / "eval-*.npy")))[0]
+    with open(victim, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([byte ^ 1]))
+    runs = tmp_path / "runs"
+    status, out, err = main_in_process([f"--data_dir={data_dir}", f"--output_dir={runs}", "--seed=1",
+                                        f"--hparams={NCF_SMALL}"], capsys)
+    assert_one_line_error(status, err, 2, os.path.basename(victim), "checksum")
+    (log,) = glob.glob(str(runs / "*.log"))
+    assert_aborted_log(log, "checksum")
+
+
+# ---- the MLPerf log cannot be written (disk full) ----
+
+def test_log_write_failure_is_cut_back_to_the_last_whole_line(tmp_path):
+    """A real file size limit (RLIMIT_FSIZE, as a full disk): the failing line is removed whole, the run is told."""
+    path = mlperf_log.new_log_path(str(tmp_path), "ncf", 1)
+    log = mlperf_log.MLPerfLog(path)
+    log.event("submission_org", "x")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path) + 700, hard))
+    try:
+        with pytest.raises(mlperf_log.LogWriteError, match="cannot write the MLPerf log"):
+            for i in range(100):
+                log.event("tracked_stats", {"loss": 0.5, "padding": "x" * 50}, metadata={"epoch_num": i})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        log.close()
+    text = open(path).read()
+    assert text.endswith("\n") and 1 < len(text.splitlines()) < 100
+    assert [e["key"] for e in read_events(path)][0] == "submission_org"  # every line parses
+
+
+def test_disk_full_ends_the_run_with_a_clear_error(prepared_ncf, tmp_path):
+    """The whole program under a file size limit that the log reaches during training: exit 4, one error line,
+    training stops, the log ends at a whole line."""
+    runs = tmp_path / "runs"
+    code = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_FSIZE, (14000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        sys.argv = ["train", "--data_dir={prepared_ncf}", "--output_dir={runs}", "--seed=1", "--max_epochs=30",
+                    "--hparams={NCF_SMALL}"]
+        from absl import app
+        from mlperf_keras import train
+        app.run(train.main)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert_one_line_error(proc.returncode, proc.stderr, 4, "cannot write the MLPerf log")
+    assert '"status"' not in proc.stdout  # no end-of-run summary: the run did not go on
+    (log,) = glob.glob(str(runs / "*.log"))
+    text = open(log).read()
+    assert text.endswith("\n") and len(text) <= 14000
+    events = read_events(log)
+    assert any(e["key"] == "run_start" for e in events)  # it failed during training, not before
+    assert not any(e["key"] == "run_stop" and e["metadata"]["status"] == "success" for e in events)
+
+
+# ---- sweep: signals reach the running training, the interrupted seed is reported ----
+
+FAKE_TRAIN = '''
+import os, signal, sys, time
+seed = [a for a in sys.argv if a.startswith("--seed=")][0][7:]
+out = [a for a in sys.argv if a.startswith("--output_dir=")][0][13:]
+def stop(signum, frame):
+    open(os.path.join(out, f"child{seed}.got{signum}"), "w").close()
+    sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+open(os.path.join(out, f"child{seed}.started"), "w").close()
+time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sweep_forwards_signals_and_reports_the_interrupted_seed(tmp_path, signum):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "fake_train.py").write_text(FAKE_TRAIN)
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "mlperf_keras.sweep", "--model=ncf", "--seeds=7,8",
+                             f"--output_dir={runs}", "--train_module=fake_train"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": f"{package}:{ROOT}"})
+    try:
+        deadline = time.time() + 60
+        while not (runs / "child7.started").exists():
+            assert time.time() < deadline and proc.poll() is None, "the first run did not start"
+            time.sleep(0.1)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (runs / f"child7.got{int(signum)}").exists()  # the training got the signal, not orphaned
+    assert not (runs / "child8.started").exists()         # and the sweep stopped
+    assert proc.returncode == 128 + signum, (proc.returncode, err)
+    assert "interrupted during seed 7" in err, err
