@@ -340,3 +340,170 @@ def test_sweep_forwards_signals_and_reports_the_interrupted_seed(tmp_path, signu
     assert not (runs / "child8.started").exists()         # and the sweep stopped
     assert proc.returncode == 128 + signum, (proc.returncode, err)
     assert "interrupted during seed 7" in err, err
+
+
+# ---- data_prep: staging never leaks, --overwrite leaves nothing stale, subsets and truncated raw data refused ----
+
+def _tiny_movielens_raw(root, users=60, items=400):
+    from data_prep import demo_movielens
+
+    demo_movielens.write_ratings_csv(str(root / "raw" / "ml-20m" / "ratings.csv"), num_users=users, num_items=items,
+                                     seed=3)
+    return root / "raw"
+
+
+PREP_STOPPED_MIDWAY = '''
+import sys, time
+from mlperf_keras.inputs import manifest
+add = manifest.StagedOutput.add
+def add_then_wait(self, name, *args, **kwargs):  # the first shard is in the staging folder: stop here
+    entry = add(self, name, *args, **kwargs)
+    print("staged", flush=True)
+    time.sleep(60)
+    return entry
+manifest.StagedOutput.add = add_then_wait
+sys.argv = ["movielens", "--raw_dir=%s", "--output_dir=%s", "--allow_subset", "--eval_negatives=20"]
+from absl import app
+from data_prep import movielens
+movielens.define_flags()
+app.run(movielens.main)
+'''
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_interrupted_data_prep_removes_its_staging_folder(tmp_path, signum):
+    raw = _tiny_movielens_raw(tmp_path)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", PREP_STOPPED_MIDWAY % (raw, out)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for line in proc.stdout:  # its progress lines, then ours
+            if line.strip() == "staged":
+                break
+        else:
+            raise AssertionError(proc.stderr.read()[-2000:])
+        assert any(name.startswith(".staging-") for name in os.listdir(out))
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_one_line_error(proc.returncode, err, 130 if signum == signal.SIGINT else 128 + signum,
+                          "staging folder was removed")
+    assert os.listdir(out) == []
+
+
+def test_killed_data_prep_staging_is_removed_by_the_next_run(tmp_path):
+    """SIGKILL leaves no chance to clean up: the next preparation into the folder removes the dead one's staging."""
+    from mlperf_keras.inputs.manifest import StagedOutput
+
+    out = tmp_path / "out"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / f".staging-{dead.pid}-abc").mkdir(parents=True)
+    (out / f".staging-{dead.pid}-abc" / "train-00000.npy").write_bytes(b"x" * 100)
+    (out / f".staging-{os.getppid()}-live").mkdir()  # a running process's: left alone
+    with StagedOutput(str(out)) as staged:
+        names = sorted(os.listdir(out))
+    assert names == sorted([os.path.basename(staged.staging), f".staging-{os.getppid()}-live"])
+
+
+def test_overwrite_with_fewer_shards_leaves_no_stale_files(tmp_path):
+    from data_prep import movielens
+
+    raw = _tiny_movielens_raw(tmp_path)
+    out = tmp_path / "out"
+    movielens.prepare(str(raw), str(out), eval_negatives=20, num_shards=4, log=lambda _: None)
+    assert len(glob.glob(str(out / "train-*.npy"))) == 4
+    manifest = movielens.prepare(str(raw), str(out), eval_negatives=20, num_shards=2, overwrite=True,
+                                 log=lambda _: None)
+    assert sorted(os.listdir(out)) == sorted([f["name"] for f in manifest["files"]] + ["manifest.json"])
+
+
+def test_subset_of_the_official_counts_is_refused_without_allow_subset(tmp_path):
+    """The command line compares the counts with the official dataset's (a tar cut at a member boundary, a truncated
+    CSV with whole lines): one line, exit 2, nothing written; --allow_subset accepts it and says so in the manifest."""
+    raw = _tiny_movielens_raw(tmp_path)
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "data_prep.movielens", f"--raw_dir={raw}", f"--output_dir={out}",
+            "--eval_negatives=20"]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert_one_line_error(proc.returncode, proc.stderr, 2, "not the full movielens-20m (ratings:",
+                          "the official dataset has 20,000,263", "--allow_subset")
+    assert os.listdir(out) == []
+    proc = subprocess.run(args + ["--allow_subset"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.load(open(out / "manifest.json"))["subset"] is True
+
+
+@pytest.mark.parametrize("dataset, counts, message", [
+    ("imagenet-2012", {"train_images": 1_281_167, "val_images": 49_999}, "validation images: 49,999"),
+    ("coco-2017", {"train_images": 118_287, "val_images": 4_000}, "val2017 images: 4,000"),
+    ("wmt17-en-de", {"eval_sentences": 3_002}, "newstest2014 sentences: 3,002"),
+])
+def test_official_counts_of_every_dataset(tmp_path, dataset, counts, message):
+    from mlperf_keras.inputs.manifest import DataError, StagedOutput, require_official_counts
+
+    token = require_official_counts.set(True)
+    try:
+        with pytest.raises(DataError, match=message):
+            with StagedOutput(str(tmp_path / "out")) as staged:
+                (tmp_path / "out").joinpath(os.path.basename(staged.staging), "a.npy").write_bytes(b"1")
+                staged.add("a.npy")
+                staged.commit("x", dataset, counts)
+    finally:
+        require_official_counts.reset(token)
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_truncated_or_corrupt_raw_files_fail_with_one_line(tmp_path):
+    import zipfile
+
+    from data_prep import movielens, wmt
+    from mlperf_keras.inputs.manifest import DataError
+
+    raw = _tiny_movielens_raw(tmp_path)
+    csv = raw / "ml-20m" / "ratings.csv"
+    data = csv.read_bytes()
+    cut = tmp_path / "cut" / "ml-20m"
+    cut.mkdir(parents=True)
+    (cut / "ratings.csv").write_bytes(data[:-3])  # inside the last timestamp: still parses as numbers
+    with pytest.raises(DataError, match="does not end with a newline"):
+        movielens.prepare(str(tmp_path / "cut"), str(tmp_path / "o1"), eval_negatives=20, log=lambda _: None)
+    zipped = tmp_path / "zip"
+    zipped.mkdir()
+    with zipfile.ZipFile(zipped / "ml-20m.zip", "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("ml-20m/ratings.csv", data)
+    blob = bytearray((zipped / "ml-20m.zip").read_bytes())
+    blob[len(blob) // 2] ^= 0x01  # inside the stored member: its CRC no longer matches
+    (zipped / "ml-20m.zip").write_bytes(bytes(blob))
+    with pytest.raises(DataError, match="unreadable .*CRC"):
+        movielens.prepare(str(zipped), str(tmp_path / "o2"), eval_negatives=20, log=lambda _: None)
+    (tmp_path / "c.en").write_bytes(b"")
+    (tmp_path / "c.de").write_bytes(b"")
+    with pytest.raises(DataError, match="c.en: empty corpus"):
+        wmt.read_parallel(str(tmp_path / "c.en"), str(tmp_path / "c.de"))
+    for out in ("o1", "o2"):
+        assert not (tmp_path / out).exists() or os.listdir(tmp_path / out) == []
+
+
+def test_data_prep_output_dir_a_file_is_one_line(tmp_path):
+    from data_prep import movielens
+    from mlperf_keras.inputs.manifest import DataError
+
+    raw = _tiny_movielens_raw(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DataError, match="is a file, not a folder"):
+        movielens.prepare(str(raw), str(tmp_path / "file"), eval_negatives=20, log=lambda _: None)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "error: "),
+    ('{"format_version": 1, "files": "x", "counts": {}}', "malformed manifest (no 'files' list)"),
+    ('[1, 2]', "malformed manifest"),
+])
+def test_verify_malformed_manifest_is_one_line(tmp_path, content, message):
+    (tmp_path / "manifest.json").write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "data_prep.verify", f"--data_dir={tmp_path}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert_one_line_error(proc.returncode, proc.stderr, 2, message)
