@@ -161,7 +161,7 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
         result = _train(config, workload, dist, manifest, log, progress, step, clock_start, start_epoch)
         log.end(C.RUN_STOP, metadata={"status": result.status, **({"reason": result.reason} if result.reason else {})})
         result.log_path, result.resumed_from = log_path, resume_from
-        if config.checkpoint_dir:
+        if config.checkpoint_dir and not result.reason:  # a diverged model is not worth keeping; its last epoch is
             step.sync_to_model()
             if dist.is_chief:
                 path = checkpoints.save(config.checkpoint_dir, checkpoints.FINAL_NAME, config, result.epochs - 1,

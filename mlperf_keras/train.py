@@ -280,6 +280,14 @@ def main(argv):
     except LogWriteError as e:
         print(f"error: {e}; the run stopped (its log ends at the last complete line)", file=sys.stderr)
         return EXIT_LOG_FAILED
+    except Exception as e:
+        if type(e).__name__ != "DataLossError" or FLAGS.data_dir is None:
+            raise
+        # A damaged TFRecord on the sizes-only path (a dataset too large to hash on the clock): name the file.
+        from mlperf_keras.inputs import records
+
+        print(f"error: {records.data_loss_message(e, FLAGS.data_dir, manifest)}", file=sys.stderr)
+        return EXIT_BAD_START
     if dist.is_chief:
         summary = {"status": result.status, "epochs": result.epochs, "quality": result.quality,
                    "minutes": round(result.seconds / 60, 3), "log": result.log_path}

@@ -507,3 +507,27 @@ def test_verify_malformed_manifest_is_one_line(tmp_path, content, message):
     proc = subprocess.run([sys.executable, "-m", "data_prep.verify", f"--data_dir={tmp_path}"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert_one_line_error(proc.returncode, proc.stderr, 2, message)
+
+
+def test_corrupt_tfrecord_is_named(tmp_path):
+    """A DataLossError from a tf.data pipeline names no file: the failure path finds and names it."""
+    import tensorflow as tf
+
+    from mlperf_keras.inputs import records
+
+    names = []
+    for k in range(3):
+        name = f"train-{k:05d}-of-00003"
+        with records.writer(str(tmp_path / name)) as w:
+            for i in range(20):
+                w.write(records.example({"x": records.int64_feature(i)}))
+        names.append(name)
+    blob = bytearray((tmp_path / names[1]).read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (tmp_path / names[1]).write_bytes(bytes(blob))
+    manifest = {"files": [{"name": n, "split": "train"} for n in names] + [{"name": "synsets.txt", "split": "meta"}]}
+    with pytest.raises(tf.errors.DataLossError) as caught:
+        for _ in records.record_dataset([str(tmp_path / n) for n in names]):
+            pass
+    message = records.data_loss_message(caught.value, str(tmp_path), manifest)
+    assert message.startswith(str(tmp_path / names[1]) + ": corrupt TFRecord") and "\n" not in message
