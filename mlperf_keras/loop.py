@@ -161,7 +161,7 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
         result = _train(config, workload, dist, manifest, log, progress, step, clock_start, start_epoch)
         log.end(C.RUN_STOP, metadata={"status": result.status, **({"reason": result.reason} if result.reason else {})})
         result.log_path, result.resumed_from = log_path, resume_from
-        if config.checkpoint_dir and not result.reason:  # a diverged model is not worth keeping; its last epoch is
+        if config.checkpoint_dir and not result.reason:  # a diverged model is not worth keeping (its last epoch is)
             step.sync_to_model()
             if dist.is_chief:
                 path = checkpoints.save(config.checkpoint_dir, checkpoints.FINAL_NAME, config, result.epochs - 1,
@@ -194,13 +194,15 @@ def build(config, workload, dist, manifest):
     return model, step
 
 
-def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds: float, say) -> float:
+def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds: float, say,
+              stop_on_non_finite: bool = True) -> float:
     """Run one epoch's batches through the train step; returns the last loss (reading it waits for the device).
 
     Divergence is checked on the losses read anyway (the last one, and each progress line's), not per step: a
     per-step read would wait for the device every step. A non-finite loss gives non-finite gradients, which the
     update writes into the weights, so every later loss is non-finite too and the epoch's last loss catches it; a
-    progress line that reads one ends the epoch at once.
+    progress line that reads one ends the epoch at once (stop_on_non_finite; only for one worker: workers print at
+    different moments, and one leaving the epoch early would leave the others waiting in a collective).
     """
     start = last_report = time.time()
     loss = None
@@ -211,7 +213,7 @@ def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds
             last_report = now
             value = float(loss)
             say(f"step {i + 1}/{steps}  loss {value:.4f}  {(i + 1) * samples_per_step / (now - start):,.0f} samples/s")
-            if not math.isfinite(value):
+            if stop_on_non_finite and not math.isfinite(value):
                 return value
     return float(loss) if loss is not None else float("nan")
 
@@ -252,12 +254,14 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
         log.start(C.EPOCH_START, metadata={"epoch_num": epoch + base})
         epoch_start = time.time()
         epoch_loss = run_epoch(step, train.batches(epoch), train.steps_per_epoch, samples_per_step,
-                               config.progress_seconds, lambda msg: progress.say(f"  epoch {epoch + base} {msg}"))
+                               config.progress_seconds, lambda msg: progress.say(f"  epoch {epoch + base} {msg}"),
+                               stop_on_non_finite=dist.world_size == 1)
         epoch_seconds = time.time() - epoch_start
         throughput = train.steps_per_epoch * samples_per_step / epoch_seconds
         throughputs.append(throughput)
         log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch + base})
-        if not math.isfinite(epoch_loss):
+        # Decided together: a worker whose own last loss is finite must stop too, or it would wait in the evaluation.
+        if dist.sum_across_workers([0.0 if math.isfinite(epoch_loss) else 1.0])[0] > 0:
             reason = f"non-finite training loss ({epoch_loss}) in epoch {epoch + base}: the model diverged"
             break
         log.event("tracked_stats", {"throughput": throughput, "loss": epoch_loss}, metadata={"epoch_num": epoch + base})
