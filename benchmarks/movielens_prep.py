@@ -37,7 +37,7 @@ def main():
     out = os.path.join(args.work_dir, "prepared")
     start = time.time()
     subprocess.run([sys.executable, "-m", "data_prep.movielens", f"--raw_dir={raw}", f"--output_dir={out}",
-                    "--overwrite"], cwd=ROOT, check=True)
+                    "--overwrite", "--allow_subset"], cwd=ROOT, check=True)
     seconds = time.time() - start
     peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     print(f"data_prep.movielens: {seconds:.1f} s wall, peak RSS {peak_gib:.2f} GiB, {os.cpu_count()} cores")

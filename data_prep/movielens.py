@@ -61,11 +61,19 @@ def read_ratings(path: str):
     if header != HEADER:
         raise DataError(f"{path}:1: header is {header!r}, expected {HEADER!r}")
     dtypes = {"userId": np.int64, "movieId": np.int64, "rating": np.float32, "timestamp": np.int64}
+    if not path.endswith(".zip"):
+        # A copy cut short can end inside the last number, which still parses: the official file ends with "\n".
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                raise DataError(f"{path}: does not end with a newline (the file is cut short; copy it again)")
     try:
         with _open_text(path) as f:
             frame = pd.read_csv(f, dtype=dtypes, engine="c")
     except (ValueError, pd.errors.ParserError) as e:
         raise DataError(_locate_bad_line(path) or f"{path}: {e}") from None
+    except (OSError, zipfile.BadZipFile, EOFError) as e:  # a zip member with a bad CRC fails while it is read
+        raise DataError(f"{path}: unreadable ({e}); download it again") from None
     if frame.isna().any().any():
         raise DataError(_locate_bad_line(path) or f"{path}: missing values")
     if len(frame) == 0:

@@ -7,7 +7,7 @@ import sys
 
 from absl import app, flags
 
-from mlperf_keras.inputs.manifest import MANIFEST_NAME, DataError, verify_files
+from mlperf_keras.inputs.manifest import MANIFEST_NAME, DataError, check_files, check_manifest, verify_files
 
 flags.DEFINE_string("data_dir", None, "A folder written by a data_prep command.", required=True)
 FLAGS = flags.FLAGS
@@ -19,14 +19,16 @@ def main(argv):
     try:
         with open(path) as f:
             manifest = json.load(f)
+        check_manifest(manifest, path)
+        check_files(FLAGS.data_dir, manifest)
         verify_files(FLAGS.data_dir, manifest)
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         print(f"error: {path}: {e}", file=sys.stderr)
         sys.exit(2)
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(f"ok: {manifest['dataset']} for --model={manifest['workload']}: {json.dumps(manifest['counts'])}")
+    print(f"ok: {manifest.get('dataset')} for --model={manifest.get('workload')}: {json.dumps(manifest['counts'])}")
 
 
 if __name__ == "__main__":

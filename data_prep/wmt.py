@@ -133,6 +133,9 @@ def read_lines(path: str) -> list[str]:
 
 def read_parallel(en_path: str, de_path: str) -> tuple[list[str], list[str]]:
     en, de = read_lines(en_path), read_lines(de_path)
+    for path, lines in ((en_path, en), (de_path, de)):
+        if not lines:
+            raise DataError(f"{path}: empty corpus (zero lines): a failed download or extraction; fetch it again")
     if len(en) != len(de):
         raise DataError(f"{en_path} has {len(en):,} lines but {de_path} has {len(de):,}: the sides are not aligned")
     return en, de

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 from typing import Any, Mapping
 
@@ -56,6 +57,43 @@ def quality_reached(value, target) -> bool:
             raise TypeError(f"quality {value!r} has no parts {sorted(target)}")
         return all(quality_reached(value[k], t) for k, t in target.items())
     return value == value and value >= target  # NaN != NaN
+
+
+def quality_finite(value) -> bool:
+    """Every part of a quality (float or mapping part -> float) is a finite number: a NaN or infinite metric means
+    the model diverged, and the run is aborted rather than evaluated further."""
+    if isinstance(value, Mapping):
+        return all(quality_finite(v) for v in value.values())
+    return math.isfinite(value)
+
+
+SEED_LIMIT = 2**31  # seeds are int32-sized: NumPy, TF and JAX generators all take [0, 2**31)
+
+
+def check_run_flags(seed, max_epochs) -> None:
+    """Flag ranges, checked before anything is read or logged. None means "the default"."""
+    if seed is not None and not 0 <= seed < SEED_LIMIT:
+        raise ConfigError(f"--seed={seed}: a seed is an integer in [0, {SEED_LIMIT})")
+    if max_epochs is not None and max_epochs < 1:
+        raise ConfigError(f"--max_epochs={max_epochs}: at least 1 (leave it out for the workload's default)")
+
+
+def check_hparams(hparams: Mapping[str, Any], from_data: Mapping[str, Any], own_checks=()) -> None:
+    """Counts that come from the prepared data (users, items, classes, vocabulary...) cannot be overridden to other
+    values (a smaller table trains on clamped lookups, a larger one samples ids that do not exist); learning rates
+    are positive finite numbers; batch sizes are not negative. `own_checks`: counts the workload's check() compares
+    itself because it allows more than one value (ResNet's num_classes: the classes, or one more for background)."""
+    for key, value in from_data.items():
+        if key not in own_checks and hparams.get(key) != value:
+            raise ConfigError(f"hyperparameter {key}={hparams.get(key)!r}: the prepared data has {key}={value!r}, "
+                              f"and it cannot be overridden")
+    for key, value in hparams.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if "learning_rate" in key and not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"hyperparameter {key}={value!r}: a learning rate is a positive finite number")
+        if key.endswith(("batch_size", "batch_tokens")) and value < 0:
+            raise ConfigError(f"hyperparameter {key}={value!r}: cannot be negative")
 
 
 def parse_hparams(text: str, defaults: Mapping[str, Any]) -> dict:
@@ -137,6 +175,9 @@ class RunConfig:
     eval_offset: int = 0            # epochs to shift the eval cadence by (resnet allows 0-3)
     progress_seconds: float = 30.0  # in-epoch progress line interval
     backbone_weights: str | None = None  # an ImageNet-trained backbone to start from (ssd)
+    checkpoint_dir: str | None = None   # model + optimizer state at epoch ends, and the final model (checkpoints.py)
+    keep_checkpoints: int = 2           # epoch checkpoints kept in checkpoint_dir
+    resume: bool = False                # continue from checkpoint_dir's latest checkpoint (never an MLPerf result)
 
     @property
     def per_worker_batch_size(self) -> int:

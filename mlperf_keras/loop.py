@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import importlib.metadata
+import math
 import time
 
 from mlperf_keras import mlperf_log
 from mlperf_keras.mlperf_log import C
-from mlperf_keras.config import RunConfig, format_quality
+from mlperf_keras.config import RunConfig, format_quality, quality_finite
 from mlperf_keras.workloads.base import TrainData
 
 
@@ -37,6 +38,8 @@ class RunResult:
     log_path: str | None
     seconds: float              # run_start -> run_stop
     samples_per_second: float   # global training throughput, mean over epochs
+    reason: str | None = None   # why an aborted run ended early (a non-finite loss or metric); None: max_epochs
+    resumed_from: str | None = None  # the checkpoint a resumed run started from (never an MLPerf result)
 
 
 def _framework_versions(backend: str) -> str:
@@ -108,7 +111,19 @@ def _log_run_info(log, config: RunConfig, workload, dist):
 
 
 def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
-    """Train config.model until the quality target or config.max_epochs; returns how it ended."""
+    """Train config.model until the quality target or config.max_epochs; returns how it ended.
+
+    Everything a user can get wrong is checked before this opens the log (train.prepare). A non-finite loss or metric
+    ends the run as aborted with the reason in run_stop's metadata; a log that cannot be written raises
+    mlperf_log.LogWriteError (the run cannot be recorded, so it does not go on).
+    """
+    from mlperf_keras import checkpoints
+
+    resume_from = checkpoints.latest(config.checkpoint_dir) if config.resume else None
+    if config.resume and resume_from is None:
+        from mlperf_keras.config import ConfigError
+
+        raise ConfigError(f"--resume: no checkpoint in --checkpoint_dir={config.checkpoint_dir}")
     log_path = mlperf_log.new_log_path(config.output_dir, config.model, config.seed) if dist.is_chief else None
     log = mlperf_log.MLPerfLog(log_path)
     progress = _Progress(config, dist.is_chief)
@@ -121,24 +136,45 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
         log.event(C.CACHE_CLEAR, True)
         log.start(C.INIT_START)
         _log_run_info(log, config, workload, dist)
+        start_epoch = 0
+        if resume_from:
+            start_epoch = checkpoints.read_header(resume_from)["epoch"] + 1
+            # The reporter refuses to score a log with this event: the rules time one uninterrupted run.
+            log.event("resumed", True, metadata={"checkpoint_epoch": start_epoch - 1 + config.first_epoch_num,
+                                                 "checkpoint": resume_from})
+            progress.say(f"RESUMED from {resume_from} (after epoch {start_epoch - 1 + config.first_epoch_num}): "
+                         f"this run is NOT a valid MLPerf result (the rules time one uninterrupted run)")
         if config.ruleset == "0.5":
             # v0.5: everything from model construction on is on the clock.
             log.end(C.INIT_STOP)
             log.start(C.RUN_START)
             run_started, clock_start = True, time.time()
         _, step = build(config, workload, dist, manifest)
+        if resume_from:
+            checkpoints.restore(resume_from, step.model, step.optimizer)
+            step.reload_from_model()
         if not run_started:
             # v0.6+: init is off the clock; the clock starts when training data is first touched.
             log.end(C.INIT_STOP)
             log.start(C.RUN_START)
             run_started, clock_start = True, time.time()
-        result = _train(config, workload, dist, manifest, log, progress, step, clock_start)
-        log.end(C.RUN_STOP, metadata={"status": result.status})
-        result.log_path = log_path
+        result = _train(config, workload, dist, manifest, log, progress, step, clock_start, start_epoch)
+        log.end(C.RUN_STOP, metadata={"status": result.status, **({"reason": result.reason} if result.reason else {})})
+        result.log_path, result.resumed_from = log_path, resume_from
+        if config.checkpoint_dir and not result.reason:  # a diverged model is not worth keeping (its last epoch is)
+            step.sync_to_model()
+            if dist.is_chief:
+                path = checkpoints.save(config.checkpoint_dir, checkpoints.FINAL_NAME, config, result.epochs - 1,
+                                        step.model, step.optimizer)
+                progress.say(f"final model and optimizer state: {path}")
         return result
-    except BaseException:
-        if run_started:
-            log.end(C.RUN_STOP, metadata={"status": "aborted"})
+    except BaseException as error:
+        if run_started and not isinstance(error, mlperf_log.LogWriteError):
+            reason = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            try:
+                log.end(C.RUN_STOP, metadata={"status": "aborted", "reason": reason})
+            except mlperf_log.LogWriteError:
+                pass  # the original error is what the user needs to see
         raise
     finally:
         log.close()
@@ -158,8 +194,16 @@ def build(config, workload, dist, manifest):
     return model, step
 
 
-def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds: float, say) -> float:
-    """Run one epoch's batches through the train step; returns the last loss (reading it waits for the device)."""
+def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds: float, say,
+              stop_on_non_finite: bool = True) -> float:
+    """Run one epoch's batches through the train step; returns the last loss (reading it waits for the device).
+
+    Divergence is checked on the losses read anyway (the last one, and each progress line's), not per step: a
+    per-step read would wait for the device every step. A non-finite loss gives non-finite gradients, which the
+    update writes into the weights, so every later loss is non-finite too and the epoch's last loss catches it; a
+    progress line that reads one ends the epoch at once (stop_on_non_finite; only for one worker: workers print at
+    different moments, and one leaving the epoch early would leave the others waiting in a collective).
+    """
     start = last_report = time.time()
     loss = None
     for i, (x, y) in enumerate(batches):
@@ -167,7 +211,10 @@ def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds
         now = time.time()
         if now - last_report >= progress_seconds:
             last_report = now
-            say(f"step {i + 1}/{steps}  loss {float(loss):.4f}  {(i + 1) * samples_per_step / (now - start):,.0f} samples/s")
+            value = float(loss)
+            say(f"step {i + 1}/{steps}  loss {value:.4f}  {(i + 1) * samples_per_step / (now - start):,.0f} samples/s")
+            if stop_on_non_finite and not math.isfinite(value):
+                return value
     return float(loss) if loss is not None else float("nan")
 
 
@@ -176,7 +223,8 @@ def _batch_norm_statistics(model) -> list:
     return [v for v in model.non_trainable_variables if v.path.endswith(("/moving_mean", "/moving_variance"))]
 
 
-def _train(config, workload, dist, manifest, log, progress, step, clock_start) -> RunResult:
+def _train(config, workload, dist, manifest, log, progress, step, clock_start, start_epoch=0) -> RunResult:
+    from mlperf_keras import checkpoints
     from mlperf_keras.inputs.manifest import TRAINING_CHECKSUM_LIMIT_BYTES, verify_files
 
     if manifest is not None:
@@ -194,23 +242,28 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
     eval_epochs = _eval_epochs(workload, config)
     base = config.first_epoch_num
     samples_per_step = config.global_batch_size
-    status, quality, throughputs = "aborted", None, []
+    status, quality, throughputs, reason = "aborted", None, [], None
     progress.say(f"{train.steps_per_epoch} steps/epoch of global batch {config.global_batch_size}; target "
                  f"{workload.metric_name} {config.quality_target}; evaluating after epochs "
                  f"{[e + base for e in eval_epochs][:8]}{'...' if len(eval_epochs) > 8 else ''}")
-    epoch, block_first = 0, 0
-    for epoch in range(config.max_epochs):
+    epoch, block_first = start_epoch - 1, start_epoch
+    for epoch in range(start_epoch, config.max_epochs):
         if epoch == block_first:
             block_end = next(e for e in eval_epochs if e >= epoch)
             log.start(C.BLOCK_START, metadata={"first_epoch_num": epoch + base, "epoch_count": block_end - epoch + 1})
         log.start(C.EPOCH_START, metadata={"epoch_num": epoch + base})
         epoch_start = time.time()
         epoch_loss = run_epoch(step, train.batches(epoch), train.steps_per_epoch, samples_per_step,
-                               config.progress_seconds, lambda msg: progress.say(f"  epoch {epoch + base} {msg}"))
+                               config.progress_seconds, lambda msg: progress.say(f"  epoch {epoch + base} {msg}"),
+                               stop_on_non_finite=dist.world_size == 1)
         epoch_seconds = time.time() - epoch_start
         throughput = train.steps_per_epoch * samples_per_step / epoch_seconds
         throughputs.append(throughput)
         log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch + base})
+        # Decided together: a worker whose own last loss is finite must stop too, or it would wait in the evaluation.
+        if dist.sum_across_workers([0.0 if math.isfinite(epoch_loss) else 1.0])[0] > 0:
+            reason = f"non-finite training loss ({epoch_loss}) in epoch {epoch + base}: the model diverged"
+            break
         log.event("tracked_stats", {"throughput": throughput, "loss": epoch_loss}, metadata={"epoch_num": epoch + base})
 
         line = f"epoch {epoch + base} ({epoch + 1}/{config.max_epochs})  loss {epoch_loss:.4f}  {throughput:,.0f} samples/s"
@@ -222,6 +275,10 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
             log.start(C.EVAL_START, metadata={"epoch_num": epoch + base})
             eval_start = time.time()
             quality = evaluator.evaluate(step.predict)
+            if not quality_finite(quality):
+                reason = (f"non-finite {workload.metric_name} ({format_quality(quality)}) after epoch {epoch + base}: "
+                          f"the model diverged")
+                break
             log.event(C.EVAL_ACCURACY, workload.mllog_accuracy(quality, config), metadata={"epoch_num": epoch + base})
             log.end(C.EVAL_STOP, metadata={"epoch_num": epoch + base})
             log.end(C.BLOCK_STOP, metadata={"first_epoch_num": block_first + base})
@@ -236,9 +293,18 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
         if status != "success" and epoch + 1 < config.max_epochs:
             line += f"  ETA <= {_hms(remaining)} (max_epochs)"
         progress.say(line)
+        if config.checkpoint_dir:
+            step.sync_to_model()
+            if dist.is_chief:
+                checkpoints.save_epoch(config.checkpoint_dir, config, epoch, step.model, step.optimizer,
+                                       config.keep_checkpoints)
         if status == "success":
             break
     seconds = time.time() - clock_start
+    if reason:
+        progress.say(f"run_stop: aborted after {epoch + 1} epochs: {reason}")
+        return RunResult("aborted", epoch + 1, None, None, seconds, sum(throughputs) / max(1, len(throughputs)),
+                         reason=reason)
     verdict = "reached the target" if status == "success" else f"stopped at max_epochs={config.max_epochs}"
     progress.say(f"run_stop: {status} ({verdict}) after {epoch + 1} epochs, {_hms(seconds)}; "
                  f"{workload.metric_name} {format_quality(quality)}" if quality is not None else f"run_stop: {status}")

@@ -67,6 +67,9 @@ class _TensorFlowTrainStep:
     def sync_to_model(self):
         """Variables are updated in place on TensorFlow."""
 
+    def reload_from_model(self):
+        """Variables are the step's state on TensorFlow (a restored checkpoint is already in them)."""
+
 
 class _JaxTrainStep:
     """Pure-function training: state lives in jax arrays between steps and is written back on sync_to_model()."""
@@ -129,6 +132,10 @@ class _JaxTrainStep:
             var.assign(value)
         for var, value in zip(self.optimizer.variables, opt_vars):
             var.assign(value)
+
+    def reload_from_model(self):
+        """Take the Keras variables' values as the step's state again (after a checkpoint was restored into them)."""
+        self._state = self._read_state()
 
 
 def accelerator_present() -> bool:

@@ -4,7 +4,9 @@
 Runs N seeded runs of one workload into one results folder, one after another, each as
 `[launcher] python -m mlperf_keras.train --model=X --seed=S --output_dir=D <extra flags>`. Output is
 streamed as it comes. A failed run does not stop the sweep; at the end every seed's outcome is
-listed, and the exit status is non-zero if any run failed. Then:
+listed, and the exit status is non-zero if any run failed. SIGTERM or SIGINT (Ctrl-C) to the sweep is passed on to
+the running training (which then logs run_stop aborted), the sweep waits for it, names the interrupted seed and
+exits 128 + the signal's number. Then:
 `python -m mlperf_keras.report --logs D --out REPORT`.
 
 Imports nothing heavy: the runs are subprocesses, so TensorFlow is only loaded inside them.
@@ -15,6 +17,7 @@ import glob
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -45,6 +48,46 @@ EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_ARGS, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 class SweepError(ValueError):
     """Bad sweep arguments (said before anything runs)."""
+
+
+class SweepInterrupted(Exception):
+    """SIGTERM/SIGINT reached the sweep during a run; the run was passed the signal and has ended."""
+
+    def __init__(self, seed, signum):
+        super().__init__(f"seed {seed}")
+        self.seed, self.signum = seed, signum
+
+
+# After passing a signal on, how long a run may take to log run_stop and exit before it is killed.
+SIGNAL_GRACE_SECONDS = 120
+
+
+def wait_forwarding_signals(child: subprocess.Popen, grace_seconds: float = SIGNAL_GRACE_SECONDS):
+    """Wait for child; SIGTERM/SIGINT received meanwhile are passed on to it (it runs in its own session, so a
+    terminal's Ctrl-C reaches it only this way, once). Returns (exit status, the first signal received or None)."""
+    received = []
+
+    def forward(signum, frame):
+        received.append(signum)
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        deadline = None
+        while True:
+            try:
+                return child.wait(timeout=1.0), (received[0] if received else None)
+            except subprocess.TimeoutExpired:
+                if received and deadline is None:
+                    deadline = time.time() + grace_seconds
+                if deadline is not None and time.time() > deadline:
+                    child.kill()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @dataclasses.dataclass
@@ -111,18 +154,23 @@ def run_sweep(model, seeds, output_dir, extra_flags=(), launcher="", train_modul
               file=out, flush=True)
         before = set(glob.glob(os.path.join(output_dir, "**", "*.log"), recursive=True))
         started = time.time()
+        signum = None
         try:
             # Inherit stdout/stderr: the run's progress lines appear as it prints them.
-            returncode = subprocess.call(command)
+            child = subprocess.Popen(command, start_new_session=True)
         except OSError as error:  # launcher or python not found
             print(f"=== sweep: cannot start run for seed {seed}: {error}", file=out, flush=True)
             returncode = 127
+        else:
+            returncode, signum = wait_forwarding_signals(child)
         seconds = time.time() - started
         logs = sorted(set(glob.glob(os.path.join(output_dir, "**", "*.log"), recursive=True)) - before)
         outcome = RunOutcome(seed, returncode, seconds, logs, _log_summary(logs))
         outcomes.append(outcome)
         verdict = "FAILED (exit %d)" % returncode if outcome.failed else "done"
         print(f"=== sweep: seed {seed} {verdict} in {seconds:.0f} s; {outcome.summary}", file=out, flush=True)
+        if signum is not None:
+            raise SweepInterrupted(seed, signum)
     return outcomes
 
 
@@ -172,6 +220,10 @@ def main(argv):
     try:
         run_sweep(FLAGS.model, seeds, FLAGS.output_dir, extra_flags, FLAGS.launcher, FLAGS.train_module,
                   outcomes=outcomes)
+    except SweepInterrupted as stop:
+        print(f"\n=== sweep interrupted during seed {stop.seed} by {signal.Signals(stop.signum).name}: that run was "
+              f"stopped, later seeds were not run", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print("\n=== sweep interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -16,7 +16,7 @@ from absl import app, flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of progress output
 
-from mlperf_keras.config import MODEL_NAMES, PRECISIONS, RULESETS, ConfigError
+from mlperf_keras.config import MODEL_NAMES, PRECISIONS, RULESETS, SEED_LIMIT, ConfigError
 
 flags.DEFINE_enum("model", "ncf", list(MODEL_NAMES), "The MLPerf workload to train.")
 flags.DEFINE_string("data_dir", None, "A dataset prepared by python -m data_prep.<dataset>. Without it: the "
@@ -31,7 +31,7 @@ flags.DEFINE_integer("batch_size", None, "Global batch size (all workers). Defau
                      "global batch, or --batch_per_accelerator x workers where the preset sets one.")
 flags.DEFINE_list("batch_per_accelerator", [], "Per-worker batch by model that fits one accelerator, as "
                   "model=N pairs (hardware presets set this), e.g. resnet=256,ssd=32.")
-flags.DEFINE_integer("max_epochs", None, "Stop after this many epochs if the target is not reached "
+flags.DEFINE_integer("max_epochs", None, "Stop after this many epochs (at least 1) if the target is not reached "
                      "(run_stop status aborted). Default: per workload.")
 flags.DEFINE_string("hparams", "", "Override workload hyperparameters: key=value,key=value. An unknown key "
                     "lists the valid ones; --dry_run shows them all.")
@@ -56,7 +56,17 @@ flags.DEFINE_string("backbone_weights", None, "An ImageNet-trained backbone to s
                     "Default: the backbone starts from random weights.")
 flags.DEFINE_string("cache_dir", os.path.join(os.path.expanduser("~"), ".cache", "mlperf_keras"),
                     "Where the demo data is generated and prepared (once).")
+flags.DEFINE_string("checkpoint_dir", None, "Save model and optimizer state here at every epoch end (written "
+                    "whole, then renamed; the newest --keep_checkpoints kept) and the final model at run_stop "
+                    "(final.npz). Default: no checkpoints.")
+flags.DEFINE_integer("keep_checkpoints", 2, "Epoch checkpoints kept in --checkpoint_dir.")
+flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in --checkpoint_dir (same model, seed, "
+                  "batch and hparams). A resumed run is logged as such and is NOT a valid MLPerf result.")
 FLAGS = flags.FLAGS
+
+# Exit statuses: 2 the run could not start (flags, hparams, data, output folder); 3 it ran and was aborted because
+# the model diverged (non-finite loss or metric); 4 the MLPerf log could not be written (disk full).
+EXIT_BAD_START, EXIT_DIVERGED, EXIT_LOG_FAILED = 2, 3, 4
 
 
 def _preset_batch(model: str, pairs: list[str]) -> int | None:
@@ -72,12 +82,13 @@ def _preset_batch(model: str, pairs: list[str]) -> int | None:
 def build_config(values, workload, dist, manifest: dict | None, demo: bool):
     """Flags (absl FlagValues or any object with the same attributes) -> the frozen RunConfig."""
     from mlperf_keras import system
-    from mlperf_keras.config import RunConfig, SystemInfo, parse_hparams, quality_target
+    from mlperf_keras.config import RunConfig, SystemInfo, check_hparams, parse_hparams, quality_target
 
     defaults = {**workload.reference_hparams(values.ruleset), **workload.dataset_hparams(manifest)}
     if demo:
         defaults.update(workload.demo_hparams)
     hparams = parse_hparams(values.hparams, defaults)
+    check_hparams(hparams, workload.dataset_hparams(manifest), getattr(workload, "counts_checked_by_workload", ()))
     if values.batch_size is not None:
         global_batch = values.batch_size
     else:
@@ -91,11 +102,11 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
     model_name, count, memory = system.detect_accelerators()
     platform = values.platform or (model_name.replace(" ", "_").lower() if count else "cpu")
     peak = values.peak_tflops or (system.peak_tflops(model_name, values.precision) if count else None)
-    seed = values.seed if values.seed is not None else secrets.randbelow(2**31)
+    seed = values.seed if values.seed is not None else secrets.randbelow(SEED_LIMIT)
     return RunConfig(
         model=values.model, ruleset=values.ruleset, seed=seed, precision=values.precision,
         global_batch_size=global_batch,
-        max_epochs=values.max_epochs or workload.default_max_epochs,
+        max_epochs=values.max_epochs if values.max_epochs is not None else workload.default_max_epochs,
         hparams=hparams,
         quality_target=workload.demo_target if demo else quality_target(values.model, values.ruleset),
         data_dir=values.data_dir, output_dir=values.output_dir, synthetic=values.synthetic, demo=demo,
@@ -106,7 +117,34 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
                           accelerator_memory_gb=memory, host_cpu=system.host_cpu(),
                           host_memory_gb=system.host_memory_gb(), peak_tflops=peak),
         eval_offset=values.eval_offset, progress_seconds=values.progress_seconds,
-        backbone_weights=_backbone_weights(values, workload))
+        backbone_weights=_backbone_weights(values, workload),
+        checkpoint_dir=_checkpoint_dir(values), keep_checkpoints=getattr(values, "keep_checkpoints", 2),
+        resume=bool(getattr(values, "resume", False)))
+
+
+def _checkpoint_dir(values) -> str | None:
+    path = getattr(values, "checkpoint_dir", None)
+    return os.path.abspath(path) if path else None
+
+
+def check_flags(values) -> None:
+    """What the flags alone can tell, before any data is read or prepared: ranges, folders we must write to."""
+    from mlperf_keras.config import check_run_flags
+    from mlperf_keras.mlperf_log import check_output_dir
+
+    check_run_flags(values.seed, values.max_epochs)
+    if values.progress_seconds is not None and not values.progress_seconds > 0:
+        raise ConfigError(f"--progress_seconds={values.progress_seconds}: must be positive")
+    if getattr(values, "keep_checkpoints", 2) < 1:
+        raise ConfigError(f"--keep_checkpoints={values.keep_checkpoints}: at least 1")
+    checkpoint_dir = getattr(values, "checkpoint_dir", None)
+    if getattr(values, "resume", False) and not checkpoint_dir:
+        raise ConfigError("--resume needs --checkpoint_dir (the folder of the run to continue)")
+    if values.dry_run:
+        return
+    check_output_dir(values.output_dir)
+    if checkpoint_dir:
+        check_output_dir(checkpoint_dir, "--checkpoint_dir")
 
 
 def _backbone_weights(values, workload) -> str | None:
@@ -132,6 +170,7 @@ def resolve(values, dist, say=print):
     from mlperf_keras import registry
     from mlperf_keras.inputs.manifest import read_manifest
 
+    check_flags(values)
     workload = registry.get(values.model)
     demo = values.data_dir is None and not values.synthetic and not values.dry_run
     manifest = None
@@ -146,7 +185,38 @@ def resolve(values, dist, say=print):
         values = with_values(values, data_dir=data_dir)
     if values.data_dir is not None:
         manifest = read_manifest(values.data_dir, workload.name)
+    if getattr(values, "resume", False) and values.seed is None:
+        # The resumed run continues the checkpoint's data order, which its seed decides.
+        from mlperf_keras import checkpoints
+
+        latest = checkpoints.latest(values.checkpoint_dir)
+        if latest is None:
+            raise ConfigError(f"--resume: no checkpoint in --checkpoint_dir={values.checkpoint_dir}")
+        values = with_values(values, seed=checkpoints.read_header(latest)["seed"])
     return workload, manifest, build_config(values, workload, dist, manifest, demo)
+
+
+def prepare(values, dist, say=print):
+    """resolve(), then every check that needs the config, before the MLPerf log opens: the workload's own ranges,
+    the data files against the manifest (present, sizes, row counts; the checksums are on the clock in the loop),
+    and a resumed run's checkpoint. A start that fails here writes no MLPerf log."""
+    from mlperf_keras.inputs.manifest import check_files
+
+    workload, manifest, config = resolve(values, dist, say)
+    workload.check(config, manifest)
+    if manifest is not None and not values.dry_run:
+        check_files(config.data_dir, manifest)
+    if config.resume:
+        from mlperf_keras import checkpoints
+
+        latest = checkpoints.latest(config.checkpoint_dir)
+        if latest is None:
+            raise ConfigError(f"--resume: no checkpoint in --checkpoint_dir={config.checkpoint_dir}")
+        header = checkpoints.check_compatible(latest, config)
+        if header["epoch"] + 1 >= config.max_epochs:
+            raise ConfigError(f"--resume: {latest} is after epoch {header['epoch'] + 1} of --max_epochs="
+                              f"{config.max_epochs}; nothing is left to train")
+    return workload, manifest, config
 
 
 class _Values:
@@ -189,11 +259,12 @@ def main(argv):
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from mlperf_keras import distribute
     from mlperf_keras.inputs.manifest import DataError
+    from mlperf_keras.mlperf_log import LogWriteError
 
     try:
+        check_flags(FLAGS)  # before the backend and the distribution start
         dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"))
-        workload, manifest, config = resolve(FLAGS, dist)
-        workload.check(config, manifest)
+        workload, manifest, config = prepare(FLAGS, dist)
         if FLAGS.dry_run:
             dry_run(config, workload, manifest)
             return 0
@@ -205,10 +276,30 @@ def main(argv):
         result = loop.run(config, workload, dist, manifest)
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_START
+    except LogWriteError as e:
+        print(f"error: {e}; the run stopped (its log ends at the last complete line)", file=sys.stderr)
+        return EXIT_LOG_FAILED
+    except Exception as e:
+        if type(e).__name__ != "DataLossError" or FLAGS.data_dir is None:
+            raise
+        # A damaged TFRecord on the sizes-only path (a dataset too large to hash on the clock): name the file.
+        from mlperf_keras.inputs import records
+
+        print(f"error: {records.data_loss_message(e, FLAGS.data_dir, manifest)}", file=sys.stderr)
+        return EXIT_BAD_START
     if dist.is_chief:
-        print(json.dumps({"status": result.status, "epochs": result.epochs, "quality": result.quality,
-                          "minutes": round(result.seconds / 60, 3), "log": result.log_path}), flush=True)
+        summary = {"status": result.status, "epochs": result.epochs, "quality": result.quality,
+                   "minutes": round(result.seconds / 60, 3), "log": result.log_path}
+        if result.reason:
+            summary["reason"] = result.reason
+        if result.resumed_from:
+            summary["resumed_from"] = result.resumed_from
+            summary["valid_mlperf_result"] = False
+        print(json.dumps(summary), flush=True)
+    if result.reason:
+        print(f"error: run aborted: {result.reason}", file=sys.stderr)
+        return EXIT_DIVERGED
     return 0
 
 

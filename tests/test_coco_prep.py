@@ -191,7 +191,7 @@ def test_special_images(prepared):
 def test_command_line_with_workers_gives_identical_files(prepared, tmp_path):
     raw, out, _, manifest = prepared
     proc = run_cli("data_prep.coco", f"--raw_dir={raw}", f"--output_dir={tmp_path / 'out'}", "--train_shards=3",
-                   "--val_shards=2", "--num_workers=2")
+                   "--val_shards=2", "--num_workers=2", "--allow_subset")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "images/s" in proc.stdout
     again = read_manifest(str(tmp_path / "out"), "maskrcnn")

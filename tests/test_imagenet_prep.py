@@ -141,7 +141,7 @@ def test_corrupt_image_fails_by_name_or_is_skipped_and_listed(tmp_path, split):
 def test_parallel_workers_from_the_command_line_match_in_process(devkit_data, tmp_path):
     raw, out, _, _ = devkit_data
     proc = run_cli("data_prep.imagenet", f"--raw_dir={raw}", f"--output_dir={tmp_path / 'out'}", "--train_shards=4",
-                   "--val_shards=2", "--num_workers=2", timeout=300)
+                   "--val_shards=2", "--num_workers=2", "--allow_subset", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     ours = json.load(open(tmp_path / "out" / "manifest.json"))
     theirs = json.load(open(os.path.join(out, "manifest.json")))

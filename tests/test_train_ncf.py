@@ -155,8 +155,11 @@ def test_corrupt_shard_fails_cleanly_and_log_says_aborted(prepared_ncf, tmp_path
     copy = tmp_path / "data"
     shutil.copytree(prepared_ncf, copy)
     victim = sorted(glob.glob(str(copy / "train-*.npy")))[0]
-    with open(victim, "ab") as f:
-        f.write(b"\0")
+    with open(victim, "r+b") as f:  # same size, other content: only the checksum (on the clock) can tell
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
     proc = run_cli("mlperf_keras.train", f"--data_dir={copy}", f"--output_dir={tmp_path / 'runs'}", "--seed=1")
     assert proc.returncode == 2 and os.path.basename(victim) in proc.stderr and "Traceback" not in proc.stderr
     (log,) = glob.glob(str(tmp_path / "runs" / "*.log"))

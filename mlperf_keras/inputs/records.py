@@ -58,6 +58,29 @@ def parse(serialized, features: dict):
     return tf.io.parse_single_example(serialized, features)
 
 
+def find_corrupt_file(paths: list[str]) -> tuple[str, str] | None:
+    """(path, TensorFlow's message) of the first record file whose records fail their CRC check, or None. Only on
+    the failure path: it reads the files (a DataLossError from a pipeline names no file)."""
+    for path in paths:
+        try:
+            for _ in tf.data.TFRecordDataset(path, buffer_size=8 << 20):
+                pass
+        except tf.errors.DataLossError as e:
+            return path, " ".join(str(e.message).split())[:200]
+    return None
+
+
+def data_loss_message(error, data_dir: str, manifest: dict) -> str:
+    """One line for a tf.errors.DataLossError met while training: which prepared file is corrupt."""
+    paths = [os.path.join(data_dir, f["name"]) for f in manifest["files"]
+             if f.get("split") in ("train", "validation", "eval") and not f["name"].endswith(".npy")]
+    found = find_corrupt_file(paths)
+    if found is None:
+        return f"corrupt record data in {data_dir} ({' '.join(str(error).split())[:200]})"
+    return (f"{found[0]}: corrupt TFRecord ({found[1]}); prepare the data again, or check all files with "
+            f"python -m data_prep.verify --data_dir={data_dir}")
+
+
 # ---- writing (data_prep) ----
 
 def bytes_feature(value: bytes) -> tf.train.Feature:
@@ -90,6 +113,6 @@ def writer(path: str) -> tf.io.TFRecordWriter:
     return tf.io.TFRecordWriter(path)
 
 
-__all__ = ["AUTOTUNE", "backend_batches", "bytes_feature", "bytes_list_feature", "example", "float_feature", "int64_feature",
+__all__ = ["AUTOTUNE", "backend_batches", "data_loss_message", "find_corrupt_file", "bytes_feature", "bytes_list_feature", "example", "float_feature", "int64_feature",
            "int64_list_feature", "parse",
            "record_dataset", "worker_files", "worker_rows", "writer"]

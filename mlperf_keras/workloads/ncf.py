@@ -63,6 +63,21 @@ class NCF(Workload):
     def default_global_batch(self, hparams, num_workers, per_worker_preset):
         return hparams["batch_size"]  # NVIDIA kept the global batch fixed for every GPU count
 
+    def check(self, config, manifest):
+        """Ranges that would otherwise fail (or hang in the negative sampler) after the MLPerf log opened."""
+        hp = config.hparams
+        if hp["epoch_build"] not in ("auto", "device", "host"):
+            raise ConfigError(f"epoch_build={hp['epoch_build']!r}: choose auto, device or host")
+        if not hp["mlp_layers"] or hp["mlp_layers"][0] % 2 or min(hp["mlp_layers"]) < 1:
+            raise ConfigError(f"mlp_layers={'-'.join(map(str, hp['mlp_layers']))}: positive widths, the first even "
+                              f"(it is the concatenated user+item embedding)")
+        if hp["mf_dim"] < 1 or hp["negatives"] < 1:
+            raise ConfigError(f"mf_dim={hp['mf_dim']}, negatives={hp['negatives']}: both at least 1")
+        if not 1 <= hp["top_k"] <= hp["eval_negatives"] + 1:
+            raise ConfigError(f"top_k={hp['top_k']}: between 1 and the {hp['eval_negatives'] + 1} candidates per user")
+        if hp["num_items"] < 2 or hp["num_users"] < 1:
+            raise ConfigError(f"num_users={hp['num_users']}, num_items={hp['num_items']}: too few to train on")
+
     def describe(self, config):
         where = ("on the device (inputs/ncf_device.py)" if builds_on_device(config.hparams["epoch_build"])
                  else "on the host's cores (inputs/ncf.py)")

@@ -190,6 +190,12 @@ class ResNet50(Workload):
         images = manifest["counts"]["train_images"] if manifest else config.hparams["train_images"]
         return max(1, math.ceil(images / config.global_batch_size))
 
+    counts_checked_by_workload = ("num_classes",)  # check(): the classes, or one more (background class 0)
+
+    def check(self, config, manifest):
+        if manifest is not None:
+            self._label_offset(config, manifest)
+
     def _label_offset(self, config, manifest) -> int:
         classes, head = manifest["counts"]["num_classes"], config.hparams["num_classes"]
         if head not in (classes, classes + 1):
