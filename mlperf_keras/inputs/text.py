@@ -291,11 +291,26 @@ def load_eval_set(data_dir: str, manifest: dict):
     if len(references) != len(sources) or (len(indices) and not np.array_equal(indices, np.arange(len(indices)))):
         raise DataError(f"{by_split['reference'][0]}: {len(references)} reference lines for {len(sources)} "
                         f"eval records (prepare the data again)")
-    return sources, indices, references, Vocabulary(by_split["vocab"][0]).decode
+    tokenizer = manifest.get("options", {}).get("tokenizer", "sentencepiece")
+    return sources, indices, references, open_vocabulary(by_split["vocab"][0], tokenizer).decode
+
+
+def open_vocabulary(path: str, tokenizer: str):
+    """The prepared dataset's vocabulary, by the manifest's options.tokenizer: "subword" (tensor2tensor's
+    SubwordTextEncoder, inputs/subword.py) or "sentencepiece"."""
+    if tokenizer == "subword":
+        from mlperf_keras.inputs.subword import SubwordTextEncoder
+
+        return SubwordTextEncoder.from_file(path)
+    if tokenizer == "sentencepiece":
+        return Vocabulary(path)
+    raise DataError(f"{path}: unknown tokenizer {tokenizer!r} in the manifest (prepare the data again)")
 
 
 class Vocabulary:
-    """The prepared dataset's subword model (sentencepiece): text <-> ids, 0 = padding, 1 = EOS."""
+    """A sentencepiece model: text <-> ids, 0 = padding, 1 = EOS."""
+
+    kind = "sentencepiece"
 
     def __init__(self, path: str):
         import sentencepiece as spm
@@ -354,5 +369,5 @@ def parse_eval(record):
 
 __all__ = ["PAD_ID", "EOS_ID", "BucketPlan", "length_histogram", "worker_length_histogram",
            "synthetic_length_histogram", "to_model_inputs", "TrainPipeline", "SyntheticTextBatches",
-           "padding_fraction", "eval_batches", "pad_eval_batch", "synthetic_eval_set", "load_eval_set", "Vocabulary",
+           "padding_fraction", "eval_batches", "pad_eval_batch", "synthetic_eval_set", "load_eval_set", "open_vocabulary", "Vocabulary",
            "serialize_pair", "serialize_eval", "parse_pair", "parse_eval"]
