@@ -20,16 +20,16 @@ the repository's cleanup in e6f45a4d; data_download.py / process_data.py call it
 - The vocabulary file: one subword a line between single quotes (the reference's _save_vocab_file), so the
   reference's own file loads here and ours loads there.
 
-One difference: which characters are alphanumeric comes from this Python's unicodedata (Unicode
-{unidata}), the reference's from the Python 3 it ran on (3.5/3.6: Unicode 8.0/9.0); WMT text hardly touches the
-characters added since. Encoding a corpus uses worker processes (encode(num_threads=N)) and a token cache.
+Differences: which characters are alphanumeric comes from this Python's unicodedata (3.11: Unicode 14.0), the
+reference's from the Python 3 it ran on (3.5/3.6: Unicode 8.0/9.0), and WMT text hardly touches the characters added
+since; where no substring reaches min_count the reference fails in its next iteration (max length -1), we go on with
+characters (see _select_subwords). Encoding a corpus uses worker processes (encode(num_threads=N)) and a token cache.
 """
 from __future__ import annotations
 
 import collections
 import os
 import re
-import sys
 import unicodedata
 
 PAD, EOS = "<pad>", "<EOS>"
@@ -43,8 +43,6 @@ REFERENCE_MIN_COUNT = 6                   # data_download.py / process_data.py: 
 REFERENCE_TARGET_SIZE = 32_768            # _TARGET_VOCAB_SIZE
 REFERENCE_THRESHOLD = 327                 # _TARGET_THRESHOLD
 REFERENCE_FILE_BYTE_LIMIT = 1e6           # Subtokenizer.init_from_files' file_byte_limit
-
-__doc__ = __doc__.replace("{unidata}", unicodedata.unidata_version)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
