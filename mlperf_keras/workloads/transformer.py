@@ -8,6 +8,8 @@ target tokens. Adam (0.9, 0.997, 1e-9) with the reference schedule lr = 2.0 * d_
 * rsqrt(max(step, 16000)). Batches hold up to 4,096 tokens per worker, bucketed by length (inputs/text.py); pairs
 longer than 256 tokens are discarded. Evaluation: beam search (beam 4, alpha 0.6, up to source length + 50 tokens)
 over all of newstest2014, detokenised, uncased BLEU (sacrebleu, intl tokenisation) merged exactly across workers.
+Closed division (Workload.check): dropout from a framework generator (hparam dropout_rng keras or rbg,
+layers/dropout.py) and data prepared with the reference's subword vocabulary (data_prep.wmt --vocab_kind=subword).
 
 Inputs of a training step: x = {"source": [B, L], "target_input": [B, L]} (targets shifted right behind a 0),
 y = targets [B, L]; 0 is padding, 1 is EOS.
