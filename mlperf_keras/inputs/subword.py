@@ -60,6 +60,8 @@ def is_alphanumeric(char: str) -> bool:
 def split_tokens(text: str) -> list[str]:
     """The reference's _split_string_to_tokens."""
     runs = _TOKEN_RUNS.findall(text)
+    if len(runs) < 3 or " " not in runs:
+        return runs
     last = len(runs) - 1
     return [t for i, t in enumerate(runs) if t != " " or i == 0 or i == last]
 
@@ -282,9 +284,10 @@ class SubwordTextEncoder:
         return ids
 
     def encode_line(self, line: str, add_eos: bool = True) -> list[int]:
-        out = []
+        out, cache = [], self._cache
         for token in split_tokens(line):
-            out.extend(self.token_ids(token))
+            ids = cache.get(token)
+            out += self.token_ids(token) if ids is None else ids
         if add_eos:
             out.append(EOS_ID)
         return out
