@@ -405,7 +405,8 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
                   "max_length": max_length}
         manifest = out.commit(
             workload, "wmt17-en-de", counts,
-            options={"corpora": list(corpora), "vocab_kind": vocab_kind, "vocab_size": vocab_size,
+            options={"corpora": list(corpora), "vocab_kind": vocab_kind,
+                     "vocab_size": vocab_size if tokenizer == "sentencepiece" else None,
                      "max_length": max_length, "max_ratio": max_ratio, "num_shards": num_shards, "seed": seed,
                      "vocab_sample": vocab_sample, "byte_fallback": byte_fallback, "tokenizer": tokenizer,
                      "subword_min_count": subword_min_count, "vocab_file": vocab_file, "drop_empty": drop_empty,
