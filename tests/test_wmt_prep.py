@@ -223,6 +223,7 @@ def test_default_is_the_reference_subword_vocabulary_and_keeps_empty_pairs(tmp_p
                         .hexdigest())
     out = tmp_path / "out"
     manifest = wmt.prepare(str(raw), str(out), max_length=40, num_shards=3, threads=1, log=lambda _: None)
+    verify_files(str(out), manifest, progress=None)
     assert manifest["options"]["tokenizer"] == "subword" and manifest["options"]["subword_min_count"] == 6
     # The vocabulary: the reference's algorithm on the reference's sample of the raw files, in its file format.
     corpora = [raw / "training-parallel-europarl-v7" / "training" / "europarl-v7.de-en",
