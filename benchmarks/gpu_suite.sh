@@ -64,7 +64,7 @@ case "${1:-}" in
       CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model=transformer --batch_size=8192 --steps="$STEPS" \
         --warmup_steps=5 $peer 2>/dev/null | tail -1 | tee -a "$OUT/results.jsonl" || echo "FAILED: peer $peer"
     done
-    IFS=';' read -ra variants <<< "${VARIANTS:---dropout=keras;--dropout=rbg;--dropout=off;--attention=bf16_logits;--loss=logsumexp}"
+    IFS=';' read -ra variants <<< "${VARIANTS:---dropout=rbg;--dropout=hash;--dropout=off;--attention=bf16_logits;--loss=logsumexp}"
     for v in "${variants[@]}"; do
       tag=$(echo "$v" | tr -c 'a-z0-9\n' '_')
       ours transformer 0 8192 "variant$tag" --variant="$v" --seed=1

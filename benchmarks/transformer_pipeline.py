@@ -84,8 +84,8 @@ def ensure_data(work_dir: str, pairs: int, words: int, median_words: float, voca
     start = time.time()
     write_corpus(raw, pairs, words, median_words, seed=1)
     generated = time.time() - start
-    wmt.prepare(raw, prepared, vocab_size=vocab_size, max_length=256, num_shards=16, vocab_sample=200_000,
-                byte_fallback=False, overwrite=True, log=lambda _: None)
+    wmt.prepare(raw, prepared, vocab_kind="unigram", vocab_size=vocab_size, max_length=256, num_shards=16,
+                vocab_sample=200_000, byte_fallback=False, overwrite=True, log=lambda _: None)
     print(f"generated {pairs:,} pairs in {generated:.0f} s, prepared them in {time.time() - start - generated:.0f} s "
           f"into {prepared}", flush=True)
     return prepared

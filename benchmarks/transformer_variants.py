@@ -1,12 +1,14 @@
 """Experiment: where does the Transformer's step time go on JAX? The same benchmark with one part swapped.
 
-    KERAS_BACKEND=jax python benchmarks/transformer_variants.py [--dropout=shipped|keras|rbg|off] \
+    KERAS_BACKEND=jax python benchmarks/transformer_variants.py [--dropout=shipped|keras|rbg|hash|off] \
         [--attention=shipped|bf16_logits|f32_accumulate|cudnn] [--fused_projections] [--loss=shipped|logsumexp] \
         -- <python -m mlperf_keras.benchmark flags>
 
-- --dropout: `shipped` is layers/dropout.py (counter-hash keep masks, fused by XLA); `keras` is Keras' dropout
-  (jax.random.bernoulli, threefry bits); `rbg` draws the mask with jax.random's "rbg" generator (XLA's
-  RngBitGenerator, Philox on GPU); `off` skips every dropout (the ceiling of a free generator, not a valid run).
+- --dropout: the generator of every layers/dropout.py layer, whatever the hparams say: `shipped` keeps the hparam
+  dropout_rng (default keras); `keras` is Keras' stock dropout (jax.random.bernoulli, threefry bits; closed);
+  `rbg` is jax.random's "rbg" generator (XLA's RngBitGenerator, Philox on GPU; closed; "unsafe_rbg" draws the same
+  bits); `hash` is the counter-hash masks (open division only); `off` skips every dropout (the ceiling of a free
+  generator, not a valid run). The same as --hparams=dropout_rng=keras|rbg|hash on a training run.
 - --attention: `shipped` computes the logits from float32 copies of q and k; `bf16_logits` multiplies in the compute
   dtype and casts the bf16 product; `f32_accumulate` multiplies bf16 operands into a float32 product
   (jnp.einsum(preferred_element_type=float32), as cuBLAS accumulates); `cudnn` calls
@@ -27,22 +29,17 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def keras_dropout(self, inputs, training=False):
-    import keras
+def force_generator(generator: str):
+    """Every layers.dropout.Dropout built from now on draws from `generator`."""
+    from mlperf_keras.layers import dropout
 
-    return keras.layers.Dropout.call(self, inputs, training=training)
+    init = dropout.Dropout.__init__
 
+    def forced(self, rate, seed=None, **kwargs):
+        kwargs.pop("generator", None)
+        init(self, rate, seed=seed, generator=generator, **kwargs)
 
-def rbg_dropout(self, inputs, training=False):
-    import jax
-    import jax.numpy as jnp
-
-    if not training or self.rate == 0:
-        return inputs
-    seed = self.seed_generator.next().astype(jnp.uint32)
-    key = jax.random.wrap_key_data(jnp.concatenate([seed, seed ^ jnp.uint32(0x9E3779B9)]), impl="rbg")
-    keep = jax.random.bernoulli(key, 1.0 - self.rate, inputs.shape)
-    return jnp.where(keep, inputs * jnp.asarray(1.0 / (1.0 - self.rate), inputs.dtype), jnp.zeros_like(inputs))
+    dropout.Dropout.__init__ = forced
 
 
 def logsumexp_loss(targets, logits, smoothing, vocab_size):
@@ -109,7 +106,7 @@ def patch_attention(mode: str, fused: bool):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dropout", choices=("shipped", "keras", "rbg", "off"), default="shipped")
+    parser.add_argument("--dropout", choices=("shipped", "keras", "rbg", "hash", "off"), default="shipped")
     parser.add_argument("--attention", choices=("shipped", "bf16_logits", "f32_accumulate", "cudnn"),
                         default="shipped")
     parser.add_argument("--fused_projections", action="store_true")
@@ -118,10 +115,8 @@ def main():
     from mlperf_keras.layers import dropout
     from mlperf_keras.workloads import transformer
 
-    if args.dropout == "keras":
-        dropout.Dropout.call = keras_dropout
-    elif args.dropout == "rbg":
-        dropout.Dropout.call = rbg_dropout
+    if args.dropout in dropout.GENERATORS:
+        force_generator(args.dropout)
     elif args.dropout == "off":
         dropout.Dropout.call = lambda self, inputs, training=False: inputs
     if args.attention != "shipped" or args.fused_projections:

@@ -12,17 +12,35 @@ anywhere below R (files are found by their names inside the archives):
 The MLPerf reference trains on europarl + commoncrawl + news_commentary (4,590,101 pairs, the default --corpora);
 rapid is read when listed.
 
-Cleaning, as the reference: lines are stripped; pairs with an empty side are dropped; pairs whose longer side
-(subwords + EOS) exceeds --max_length (256) are discarded, as the reference's training input does; --max_ratio
-(off by default, the Transformer reference has none) drops pairs whose word counts differ by more than that factor.
-The test set is never cleaned. A shared subword vocabulary (sentencepiece; --vocab_kind unigram with 33,708 entries
-for the Transformer, bpe with 32,000 for GNMT) is learned on both sides of the cleaned training text, both sides are
-encoded (EOS = 1 appended, 0 = padding), shuffled with --seed into --num_shards TFRecord shards, each listed in the
-manifest with its pair-length histogram; the test source is encoded into one eval shard (with line indices) and the
-raw German references are kept beside it for BLEU. Everything lands atomically with the manifest.
+As the reference (mlcommons/training translation/tensorflow/transformer, data_download.py and process_data.py, v0.5
+and v0.6): lines are stripped and every pair is kept, empty sides included (the reference encodes an empty line as
+[EOS]; its 4,590,101 pairs are every line of the three corpora); pairs whose longer side (subwords + EOS) exceeds
+--max_length (256) are discarded here, where the reference's training input filters them on every read
+(utils/dataset.py, _filter_max_length), so training sees the same pairs. --drop_empty drops pairs with an empty side
+and --max_ratio (off by default) pairs whose word counts differ by more than that factor: neither is the reference's.
+The test set is never cleaned.
+
+Vocabulary (--vocab_kind): `subword`, the default, is the reference's tensor2tensor SubwordTextEncoder
+(mlperf_keras/inputs/subword.py): token counts on the reference's sample of the raw training files (about 1e6
+characters spread over each of the six files), subwords kept at min_count 6 (--subword_min_count; 0 searches for the
+size nearest 32,768 as the reference's --search), which on WMT17 gives the reference's 33,708 entries; --vocab_file
+takes an existing vocabulary in the reference's format instead (e.g. the reference's own
+vocab.translate_ende_wmt32k.32768.subwords, shipped from v0.6). `unigram` (33,708 pieces) or `bpe` (GNMT, 32,000)
+learn a sentencepiece model on a --vocab_sample of the cleaned training text instead (not the reference's
+segmentation: open division only for the Transformer).
+
+Both sides are encoded (EOS = 1 appended, 0 = padding), shuffled with --seed into --num_shards TFRecord shards
+(the reference writes 100 shards round-robin and shuffles each one unseeded), each listed in the manifest with its
+pair-length histogram; the test source is encoded into one eval shard (with line indices) and the German references
+are written as newstest2014.de beside it for BLEU. The reference's BLEU reference file is tensorflow/models'
+official/transformer/test_data/newstest2014.de (translation/download_data.sh) with md5
+f6c3818b477e4a25cad68b61cc883c17 (translation/verify_dataset.sh): the md5 of what we write is logged and recorded in
+the manifest (source.test_reference_md5, source.test_reference_is_the_reference_file), and so is the source's against
+the reference's newstest2014.en (dabf51a9c02b2235632f3cee75c72d49). Everything lands atomically with the manifest.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tarfile
@@ -44,7 +62,10 @@ REFERENCE_CORPORA = ("europarl", "commoncrawl", "news_commentary")
 TEST_SGM = ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm")
 TEST_TXT = ("newstest2014.en", "newstest2014.de")
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
-VOCAB_KINDS = ("unigram", "bpe")
+VOCAB_KINDS = ("subword", "unigram", "bpe")   # subword: the reference's SubwordTextEncoder
+SENTENCEPIECE_KINDS = ("unigram", "bpe")
+# md5 of the reference's newstest2014 files (mlcommons/training translation/verify_dataset.sh, v0.5/v0.6)
+REFERENCE_TEST_MD5 = {"en": "dabf51a9c02b2235632f3cee75c72d49", "de": "f6c3818b477e4a25cad68b61cc883c17"}
 _SEG = re.compile(r"<seg[^>]*>(.*)</seg>")
 
 
@@ -175,16 +196,17 @@ def read_test_set(raw: RawFiles, found: dict) -> tuple[list[str], list[str], str
 # ---------------------------------------------------------------------------------------------------------------------
 # Cleaning, vocabulary, encoding
 
-def clean_pairs(en: list[str], de: list[str], max_ratio: float = 0.0):
-    """Drop pairs with an empty side, and (max_ratio > 0) pairs whose word counts differ by more than max_ratio."""
+def clean_pairs(en: list[str], de: list[str], max_ratio: float = 0.0, drop_empty: bool = False):
+    """(drop_empty) drop pairs with an empty side, and (max_ratio > 0) pairs whose word counts differ by more than
+    max_ratio. The Transformer reference does neither: its defaults keep every pair."""
     keep_en, keep_de, empty, ratio = [], [], 0, 0
     for a, b in zip(en, de):
-        if not a or not b:
+        if drop_empty and (not a or not b):
             empty += 1
             continue
         if max_ratio > 0:
             na, nb = len(a.split()), len(b.split())
-            if max(na, nb) > max_ratio * min(na, nb):
+            if max(na, nb) > max_ratio * min(na, nb):  # an empty side (kept above) counts 0 words
                 ratio += 1
                 continue
         keep_en.append(a)
@@ -192,11 +214,35 @@ def clean_pairs(en: list[str], de: list[str], max_ratio: float = 0.0):
     return keep_en, keep_de, {"dropped_empty": empty, "dropped_ratio": ratio}
 
 
+def build_subword_vocabulary(raw_files: list[str], path: str, min_count: int, vocab_file: str | None, log) -> None:
+    """The reference's SubwordTextEncoder vocabulary, written to `path` in the reference's format: built from the
+    reference's token sample of raw_files (min_count 0: the reference's bisection toward 32,768), or vocab_file's."""
+    from mlperf_keras.inputs import subword
+
+    if vocab_file:
+        encoder = subword.SubwordTextEncoder.from_file(vocab_file)
+        subword.save_vocabulary(path, encoder.subwords)
+        log(f"  {len(encoder):,} subwords from {vocab_file}")
+        return
+    if min_count < 0:
+        raise DataError(f"--subword_min_count={min_count}: expected 0 (search) or a positive count")
+    counts = subword.count_tokens(raw_files)
+    log(f"  {len(counts):,} distinct tokens in the reference's sample (about 1e6 characters of each of "
+        f"{len(raw_files)} files)")
+    subwords = subword.build_subwords(counts, min_count=min_count or None, log=log)
+    subword.save_vocabulary(path, subwords)
+
+
+def text_md5(lines: list[str]) -> str:
+    """md5 of the lines as a file of one line each, "\n"-terminated (how newstest2014.* are written)."""
+    return hashlib.md5("".join(line + "\n" for line in lines).encode("utf-8")).hexdigest()
+
+
 def train_vocabulary(text_files: list[str], model_prefix: str, vocab_size: int, kind: str, sample: int, seed: int,
                      threads: int, byte_fallback: bool) -> str:
     import sentencepiece as spm
 
-    if kind not in VOCAB_KINDS:
+    if kind not in SENTENCEPIECE_KINDS:
         raise DataError(f"--vocab_kind={kind!r}: expected one of {', '.join(VOCAB_KINDS)}")
     spm.set_random_generator_seed(seed)
     spm.set_min_log_level(1)
@@ -236,12 +282,18 @@ def encode_pairs(vocab, en: list[str], de: list[str], max_length: int, threads: 
 # ---------------------------------------------------------------------------------------------------------------------
 # The command
 
-def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind: str = "unigram",
+def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind: str = "subword",
             vocab_size: int = 33_708, max_length: int = 256, max_ratio: float = 0.0, num_shards: int = 100,
             seed: int = 0, vocab_sample: int = 2_000_000, threads: int | None = None, byte_fallback: bool = True,
-            workload: str = "transformer", overwrite: bool = False, log=print) -> dict:
+            workload: str = "transformer", overwrite: bool = False, log=print, subword_min_count: int = 6,
+            vocab_file: str | None = None, drop_empty: bool = False) -> dict:
     from mlperf_keras.inputs import text
 
+    if vocab_kind not in VOCAB_KINDS:
+        raise DataError(f"--vocab_kind={vocab_kind!r}: expected one of {', '.join(VOCAB_KINDS)}")
+    if vocab_file and vocab_kind != "subword":
+        raise DataError(f"--vocab_file is a subword vocabulary (the reference's format); --vocab_kind={vocab_kind} "
+                        f"learns its own")
     threads = threads or os.cpu_count() or 1
     unknown = [c for c in corpora if c not in CORPORA]
     if unknown or not corpora:
@@ -270,28 +322,44 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
             de.extend(b)
             log(f"read {c}: {len(a):,} pairs ({raw.describe(f'{stem}.en', found[f'{stem}.en'])})")
         raw_pairs = len(en)
-        en, de, dropped = clean_pairs(en, de, max_ratio)
+        en, de, dropped = clean_pairs(en, de, max_ratio, drop_empty)
+        empty_side_pairs = sum(1 for a, b in zip(en, de) if not a or not b)  # kept, as the reference keeps them
         log(f"cleaned: {len(en):,} of {raw_pairs:,} pairs kept ({dropped})")
         if not en:
             raise DataError(f"{raw_dir}: no training pair left after cleaning")
 
-        text_files = []
-        for lang, lines in (("en", en), ("de", de)):
-            path = os.path.join(work, f"train.{lang}")
-            with open(path, "w", encoding="utf-8", newline="\n") as f:
-                f.write("\n".join(lines) + "\n")
-            text_files.append(path)
-        log(f"learning a shared {vocab_kind} vocabulary of {vocab_size:,} entries (sentencepiece, sample "
-            f"{vocab_sample:,} sentences, {threads} threads)")
         t1 = time.time()
-        model_path = train_vocabulary(text_files, os.path.join(work, "spm"), vocab_size, vocab_kind, vocab_sample,
-                                      seed, threads, byte_fallback)
-        vocab_name = f"vocab.{vocab_kind}.{vocab_size}.model"
-        os.replace(model_path, out.path(vocab_name))
-        vocab = text.Vocabulary(out.path(vocab_name))
+        if vocab_kind == "subword":
+            # The reference samples the raw corpus files (inputs, then targets), before they are compiled into one.
+            raw_files = [found[f"{CORPORA[c][0]}.{lang}"] for lang in ("en", "de") for c in corpora]
+            vocab_name = "vocab.subwords"
+            how = f"from {vocab_file}" if vocab_file else f"min_count {subword_min_count or '(searched)'}"
+            log(f"building the reference's subword vocabulary (tensor2tensor SubwordTextEncoder, {how})")
+            build_subword_vocabulary(raw_files, out.path(vocab_name), subword_min_count, vocab_file, log)
+            tokenizer = "subword"
+        else:
+            text_files = []
+            for lang, lines in (("en", en), ("de", de)):
+                path = os.path.join(work, f"train.{lang}")
+                with open(path, "w", encoding="utf-8", newline="\n") as f:
+                    f.write("\n".join(lines) + "\n")
+                text_files.append(path)
+            log(f"learning a shared {vocab_kind} vocabulary of {vocab_size:,} entries (sentencepiece, sample "
+                f"{vocab_sample:,} sentences, {threads} threads)")
+            model_path = train_vocabulary(text_files, os.path.join(work, "spm"), vocab_size, vocab_kind,
+                                          vocab_sample, seed, threads, byte_fallback)
+            vocab_name = f"vocab.{vocab_kind}.{vocab_size}.model"
+            os.replace(model_path, out.path(vocab_name))
+            tokenizer = "sentencepiece"
+        vocab = text.open_vocabulary(out.path(vocab_name), tokenizer)
         log(f"  {len(vocab):,} entries in {time.time() - t1:.0f} s")
 
+        t1 = time.time()
         encoded, dropped_long = encode_pairs(vocab, en, de, max_length, threads)
+        eval_ids = vocab.encode(test_src, num_threads=threads)
+        if hasattr(vocab, "close"):
+            vocab.close()
+        log(f"  encoded in {time.time() - t1:.0f} s ({threads} processes)")
         del en, de
         src_flat, src_len = encoded["en"]
         tgt_flat, tgt_len = encoded["de"]
@@ -317,7 +385,6 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
             if (k + 1) % max(1, num_shards // 10) == 0 or k + 1 == num_shards:
                 log(f"  wrote train shard {k + 1}/{num_shards}")
 
-        eval_ids = vocab.encode(test_src, num_threads=threads)
         name = "eval-00000-of-00001.tfrecord"
         with tf.io.TFRecordWriter(out.path(name)) as writer:
             for index, ids in enumerate(eval_ids):
@@ -326,19 +393,31 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
         with open(out.path("newstest2014.de"), "w", encoding="utf-8", newline="\n") as f:
             f.write("".join(line + "\n" for line in test_ref))
         out.add("newstest2014.de", rows=len(test_ref), split="reference")
+        test_md5 = {"en": text_md5(test_src), "de": text_md5(test_ref)}
+        same = {lang: test_md5[lang] == REFERENCE_TEST_MD5[lang] for lang in test_md5}
+        for lang in ("en", "de"):
+            log(f"newstest2014.{lang} as read: md5 {test_md5[lang]}, "
+                + ("the reference's file" if same[lang] else
+                   f"not the reference's file (md5 {REFERENCE_TEST_MD5[lang]}); BLEU against it may differ"))
         out.add(vocab_name, split="vocab")
 
         counts = {"train_pairs": int(pairs), "eval_sentences": len(test_src), "vocab_size": len(vocab),
                   "raw_pairs": raw_pairs, "dropped_empty": dropped["dropped_empty"],
                   "dropped_ratio": dropped["dropped_ratio"], "dropped_long": int(dropped_long),
+                  "empty_side_pairs": empty_side_pairs,
                   "max_length": max_length}
         manifest = out.commit(
             workload, "wmt17-en-de", counts,
-            options={"corpora": list(corpora), "vocab_kind": vocab_kind, "vocab_size": vocab_size,
+            options={"corpora": list(corpora), "vocab_kind": vocab_kind,
+                     "vocab_size": vocab_size if tokenizer == "sentencepiece" else None,
                      "max_length": max_length, "max_ratio": max_ratio, "num_shards": num_shards, "seed": seed,
-                     "vocab_sample": vocab_sample, "byte_fallback": byte_fallback, "tokenizer": "sentencepiece",
+                     "vocab_sample": vocab_sample, "byte_fallback": byte_fallback, "tokenizer": tokenizer,
+                     "subword_min_count": subword_min_count, "vocab_file": vocab_file, "drop_empty": drop_empty,
                      "pad_id": text.PAD_ID, "eos_id": text.EOS_ID},
-            source={"corpora": per_corpus, "test_source": test_src_path, "test_reference": test_ref_path})
+            source={"corpora": per_corpus, "test_source": test_src_path, "test_reference": test_ref_path,
+                    "test_source_md5": test_md5["en"], "test_reference_md5": test_md5["de"],
+                    "test_source_is_the_reference_file": same["en"],
+                    "test_reference_is_the_reference_file": same["de"]})
     log(f"prepared {output_dir} in {time.time() - t0:.0f} s: {counts}")
     return manifest
 
@@ -428,9 +507,17 @@ def define_flags():
                             "dev.tgz or test-full.tgz) or their unpacked files, anywhere below it.")
     flags.DEFINE_list("corpora", list(REFERENCE_CORPORA), f"Training corpora, of: {', '.join(CORPORA)}. The MLPerf "
                       "reference uses europarl, commoncrawl, news_commentary.")
-    flags.DEFINE_enum("vocab_kind", "unigram", list(VOCAB_KINDS), "sentencepiece model type: unigram (Transformer) "
-                      "or bpe (GNMT).")
-    flags.DEFINE_integer("vocab_size", 33_708, "Shared vocabulary entries (Transformer 33,708; GNMT BPE 32,000).")
+    flags.DEFINE_enum("vocab_kind", "subword", list(VOCAB_KINDS), "subword: the Transformer reference's "
+                      "tensor2tensor SubwordTextEncoder (closed division); unigram or bpe: a sentencepiece model "
+                      "(bpe for GNMT).")
+    flags.DEFINE_integer("vocab_size", 33_708, "Entries of a sentencepiece vocabulary (unigram 33,708; GNMT BPE "
+                         "32,000); --vocab_kind=subword sizes itself by --subword_min_count.")
+    flags.DEFINE_integer("subword_min_count", 6, "--vocab_kind=subword: keep subwords counted at least this often in "
+                         "the token sample (the reference's 6, 33,708 entries on WMT17); 0 searches for the size "
+                         "nearest 32,768 as the reference's --search.")
+    flags.DEFINE_string("vocab_file", None, "--vocab_kind=subword: use this vocabulary (one quoted subword a line, "
+                        "e.g. the reference's vocab.translate_ende_wmt32k.32768.subwords) instead of building one.")
+    flags.DEFINE_bool("drop_empty", False, "Drop pairs with an empty side (the Transformer reference keeps them).")
     flags.DEFINE_integer("max_length", 256, "Discard pairs whose longer side exceeds this many subwords (with EOS).")
     flags.DEFINE_float("max_ratio", 0.0, "Drop pairs whose word counts differ by more than this factor (0: off, as "
                        "the Transformer reference).")
@@ -438,7 +525,8 @@ def define_flags():
                          "N-th shard, so use at least as many as workers.")
     flags.DEFINE_integer("seed", 0, "Seed of the shard shuffle and the vocabulary's sentence sample.")
     flags.DEFINE_integer("vocab_sample", 2_000_000, "Sentences sampled to learn the vocabulary (0: all).")
-    flags.DEFINE_integer("threads", None, "Threads for the vocabulary and encoding (default: all cores).")
+    flags.DEFINE_integer("threads", None, "Threads (processes for the subword encoder) for the vocabulary and "
+                         "encoding (default: all cores).")
     flags.DEFINE_bool("byte_fallback", True, "Spell characters outside the vocabulary as UTF-8 bytes (lossless).")
     flags.DEFINE_enum("workload", "transformer", ["transformer", "gnmt"], "The workload the data is prepared for.")
 
@@ -449,7 +537,8 @@ def main(argv):
                       vocab_size=FLAGS.vocab_size, max_length=FLAGS.max_length, max_ratio=FLAGS.max_ratio,
                       num_shards=FLAGS.num_shards, seed=FLAGS.seed, vocab_sample=FLAGS.vocab_sample,
                       threads=FLAGS.threads, byte_fallback=FLAGS.byte_fallback, workload=FLAGS.workload,
-                      overwrite=FLAGS.overwrite)
+                      overwrite=FLAGS.overwrite, subword_min_count=FLAGS.subword_min_count,
+                      vocab_file=FLAGS.vocab_file, drop_empty=FLAGS.drop_empty)
 
 
 if __name__ == "__main__":

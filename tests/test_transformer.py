@@ -134,7 +134,10 @@ def test_pipeline_gives_exactly_the_planned_batches_within_the_token_budget(copy
     files = [f"{copy_data}/{f['name']}" for f in worker_shards(manifest, "train", 0, 1)]
     pipeline = text.TrainPipeline(files, plan, 32, steps + 5, shuffle_buffer=256, seed=1, as_numpy=True)
     batches = list(pipeline.batches(0))
-    assert len(batches) == steps  # the histogram predicts the epoch exactly
+    # the histogram predicts the data's batches exactly; the epoch's other steps are empty batches (no pair)
+    assert len(batches) == steps + 5 and all(not y.any() for _, y in batches[steps:])
+    assert all(y.any() for _, y in batches[:steps])
+    batches = batches[:steps]
     shapes = set(zip(plan.batch_sizes, plan.lengths))
     pairs = 0
     for x, y in batches:
@@ -162,7 +165,54 @@ def test_workers_read_disjoint_shards_and_the_same_number_of_steps(copy_data):
                                             "boundary_scale": 1.5}, per_worker_batch_size=512, num_workers=2)
     plan = workload.bucket_plan(config)
     per_worker = [plan.steps(text.worker_length_histogram(manifest, r, 2)) for r in range(2)]
-    assert workload.steps_per_epoch(config, manifest) == min(per_worker)
+    assert workload.steps_per_epoch(config, manifest) == max(per_worker)
+
+
+def real_pairs(batches):
+    """(source, target) id tuples of the non-empty rows of (x, y) batches (a real target holds at least EOS)."""
+    out = []
+    for x, y in batches:
+        for s, t in zip(np.asarray(x["source"]), np.asarray(y)):
+            if t[0] != 0:
+                out.append((tuple(int(v) for v in s[s != 0]), tuple(int(v) for v in t[t != 0])))
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_pair_once_per_epoch_when_shards_do_not_divide_evenly(copy_data, workers):
+    """3 shards on 2 workers (2 + 1): the epoch has the larger worker's steps and the other pads with empty
+    batches; over all workers every pair of the shards appears exactly once, and empty batches weigh nothing."""
+    import collections
+
+    import tensorflow as tf
+
+    manifest = manifest_of(copy_data)
+    train = [f for f in manifest["files"] if f["split"] == "train"][:3]
+    manifest = {**manifest, "files": [f for f in manifest["files"] if f["split"] != "train"] + train,
+                "counts": {**manifest["counts"], "train_pairs": sum(f["rows"] for f in train)}}
+    expected = collections.Counter(
+        (tuple(s.tolist()), tuple(t.tolist())) for f in train
+        for s, t in tf.data.TFRecordDataset(f"{copy_data}/{f['name']}").map(text.parse_pair).as_numpy_iterator())
+    workload = Transformer()
+    config = types.SimpleNamespace(hparams={**workload.reference_hparams("0.7"), "max_length": 32,
+                                            "boundary_scale": 1.5, "shuffle_buffer": 64},
+                                   per_worker_batch_size=512, num_workers=workers, data_dir=copy_data, seed=3,
+                                   backend="tensorflow")
+    steps = workload.steps_per_epoch(config, manifest)
+    seen, empty_batches = collections.Counter(), 0
+    for rank in range(workers):
+        data = workload.train_data(config, types.SimpleNamespace(rank=rank, world_size=workers), manifest)
+        batches = list(data.batches(0))
+        assert len(batches) == steps == data.steps_per_epoch
+        seen.update(real_pairs(batches))
+        empty_batches += sum(1 for _, y in batches if not np.asarray(y).any())
+    assert seen == expected and sum(seen.values()) == manifest["counts"]["train_pairs"]
+    if workers == 2:  # the two workers' shares differ, so one of them padded its epoch
+        per_worker = [workload.bucket_plan(config).steps(text.worker_length_histogram(manifest, r, 2))
+                      for r in range(2)]
+        assert empty_batches == abs(per_worker[0] - per_worker[1]) > 0
+    logits = np.random.default_rng(0).normal(size=(4, 8, 30)).astype(np.float32)
+    assert float(smoothed_cross_entropy(np.zeros((4, 8), np.int32), logits, 0.1, 30)) == 0.0
 
 
 def test_synthetic_batches_have_the_real_shapes_without_tensorflow():
@@ -296,3 +346,32 @@ def test_reduced_transformer_learns_to_reverse_sentences(tmp_path_factory, tmp_p
     assert result.status == "success" and result.quality >= 85.0, result
     events = [json.loads(line[len(":::MLLOG "):]) for line in open(result.log_path)]
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
+
+
+def test_closed_division_uses_stock_dropout_and_the_reference_vocabulary():
+    from mlperf_keras.config import ConfigError
+    from mlperf_keras.layers.dropout import Dropout
+
+    workload = Transformer()
+    hp = {**workload.reference_hparams("0.7"), "vocab_size": 30, "d_model": 16, "num_layers": 1, "num_heads": 2,
+          "filter_size": 32}
+
+    def config(closed, **overrides):
+        return types.SimpleNamespace(hparams={**hp, **overrides}, seed=0, backend="tensorflow", closed_division=closed,
+                                     data_dir="D")
+
+    def generators(model):
+        return {layer.generator for layer in model._flatten_layers() if isinstance(layer, Dropout)}
+
+    subword_manifest = {"options": {"tokenizer": "subword"}}
+    workload.check(config(True), subword_manifest)
+    assert hp["dropout_rng"] == "keras" and generators(workload.build_model(config(True))) == {"keras"}
+    with pytest.raises(ConfigError, match="not a framework random generator.*--division=open"):
+        workload.check(config(True, dropout_rng="hash"), subword_manifest)
+    workload.check(config(False, dropout_rng="hash"), subword_manifest)
+    assert generators(workload.build_model(config(False, dropout_rng="hash"))) == {"hash"}
+    with pytest.raises(ConfigError, match="JAX backend only"):
+        workload.check(config(True, dropout_rng="rbg"), subword_manifest)
+    with pytest.raises(ConfigError, match="prepared with a sentencepiece vocabulary.*--division=open"):
+        workload.check(config(True), {"options": {"tokenizer": "sentencepiece"}})
+    workload.check(config(False), {"options": {"tokenizer": "sentencepiece"}})

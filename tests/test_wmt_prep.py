@@ -13,7 +13,7 @@ from mlperf_keras.inputs import text
 from mlperf_keras.inputs.manifest import DataError, read_manifest, verify_files
 from tests.conftest import run_cli
 
-SMALL = dict(vocab_size=64, max_length=40, num_shards=3, byte_fallback=False, threads=1)
+SMALL = dict(vocab_kind="unigram", vocab_size=64, max_length=40, num_shards=3, byte_fallback=False, threads=1)
 TREE = {**SMALL, "vocab_size": 40}  # small_tree's copy corpus has fewer distinct pieces
 
 
@@ -116,7 +116,8 @@ def test_cleaning_drops_empty_long_and_disproportionate_pairs(tmp_path):
     long = " ".join(["kaloka"] * 60)
     raw = small_tree(tmp_path / "raw", extra_en=["", "ka lo .", "   ", long, "ka ka ka ka ka ka ka ka ."],
                      extra_de=["ka .", "", "lo .", long, "ka ."])
-    manifest = wmt.prepare(str(raw), str(tmp_path / "out"), max_ratio=3.0, log=lambda _: None, **TREE)
+    manifest = wmt.prepare(str(raw), str(tmp_path / "out"), max_ratio=3.0, drop_empty=True, log=lambda _: None,
+                           **TREE)
     c = manifest["counts"]
     assert c["raw_pairs"] == 305
     assert c["dropped_empty"] == 3 and c["dropped_ratio"] == 1 and c["dropped_long"] >= 1
@@ -207,3 +208,48 @@ def test_vocabulary_too_large_for_the_corpus_is_a_clear_error(tmp_path):
     raw = small_tree(tmp_path / "raw")
     with pytest.raises(DataError, match="Vocabulary size too high .* smaller --vocab_size"):
         wmt.prepare(str(raw), str(tmp_path / "out"), **{**TREE, "vocab_size": 5000}, log=lambda _: None)
+
+
+def test_default_is_the_reference_subword_vocabulary_and_keeps_empty_pairs(tmp_path, monkeypatch):
+    import hashlib
+
+    from mlperf_keras.inputs import subword
+
+    raw = small_tree(tmp_path / "raw", extra_en=["", "Straße_1 \\x café", "ka lo ."], extra_de=["ka .", "", "ka ."])
+    dev = raw / "dev" / "dev"
+    references = wmt.read_sgm(str(dev / wmt.TEST_SGM[1]))
+    # Pretend our generated references are the reference's file: its md5 is what the manifest must recognise.
+    monkeypatch.setitem(wmt.REFERENCE_TEST_MD5, "de", hashlib.md5("".join(r + "\n" for r in references).encode())
+                        .hexdigest())
+    out = tmp_path / "out"
+    manifest = wmt.prepare(str(raw), str(out), max_length=40, num_shards=3, threads=1, log=lambda _: None)
+    verify_files(str(out), manifest, progress=None)
+    assert manifest["options"]["tokenizer"] == "subword" and manifest["options"]["subword_min_count"] == 6
+    # The vocabulary: the reference's algorithm on the reference's sample of the raw files, in its file format.
+    corpora = [raw / "training-parallel-europarl-v7" / "training" / "europarl-v7.de-en",
+               raw / "training-parallel-commoncrawl" / "commoncrawl.de-en",
+               raw / "training-parallel-nc-v12" / "training" / "news-commentary-v12.de-en"]
+    expected = subword.build_subwords(subword.count_tokens([f"{c}.{lang}" for lang in ("en", "de") for c in corpora]),
+                                      min_count=6)
+    lines = (out / "vocab.subwords").read_text(encoding="utf-8").split("\n")[:-1]
+    assert lines == [f"'{s}'" for s in expected] and lines[:2] == ["'<pad>'", "'<EOS>'"]
+    counts = manifest["counts"]
+    assert counts["vocab_size"] == len(expected)
+    # Every pair is kept, empty sides too (encoded as [EOS]), as the reference; nothing here is too long.
+    assert counts["raw_pairs"] == 303 and counts["dropped_empty"] == 0 and counts["empty_side_pairs"] == 2
+    assert counts["dropped_long"] == 0 and counts["train_pairs"] == 303
+    vocab = subword.SubwordTextEncoder.from_file(str(out / "vocab.subwords"))
+    decoded = sorted((vocab.decode(s), vocab.decode(t)) for f in manifest["files"] if f["split"] == "train"
+                     for s, t in read_pairs(str(out / f["name"])))
+    raw_pairs = [wmt.read_parallel(f"{c}.en", f"{c}.de") for c in corpora]
+    assert decoded == sorted(p for en, de in raw_pairs for p in zip(en, de))
+    assert ("", "ka .") in decoded and ("Straße_1 \\x café", "") in decoded
+    # newstest2014: the md5 of what we wrote, compared with the reference's files.
+    written = hashlib.md5((out / "newstest2014.de").read_bytes()).hexdigest()
+    assert manifest["source"]["test_reference_md5"] == written == wmt.REFERENCE_TEST_MD5["de"]
+    assert manifest["source"]["test_reference_is_the_reference_file"] is True
+    assert manifest["source"]["test_source_is_the_reference_file"] is False
+    # --vocab_file (e.g. the reference's shipped vocabulary) gives the same dataset.
+    again = wmt.prepare(str(raw), str(tmp_path / "again"), max_length=40, num_shards=3, threads=1,
+                        vocab_file=str(out / "vocab.subwords"), log=lambda _: None)
+    assert [f["sha256"] for f in again["files"]] == [f["sha256"] for f in manifest["files"]]

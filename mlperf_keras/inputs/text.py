@@ -13,6 +13,9 @@ whatever the order, steps per epoch follow from the length histogram alone, whic
 
 Per-worker sharding happens on files, before any shuffling: worker r reads shards r, r + W, ...; it shuffles its
 shard order and then examples (a seeded buffer) per epoch, deterministically for a given seed, rank and epoch.
+Every pair is read exactly once per epoch across the workers: an epoch has as many steps as the worker with the most
+batches needs, and a worker with fewer ends its epoch with empty batches (all padding: no loss, no gradient), as
+the reference's single-worker epoch is one full pass with partial last batches per bucket.
 Everything except TrainPipeline, load_eval_set and the TFRecord helpers is NumPy only (no TensorFlow import), so the
 synthetic source serves JAX-only machines.
 """
@@ -133,7 +136,8 @@ def _epoch_seed(seed: int, rank: int, epoch: int) -> int:
 
 class TrainPipeline:
     """tf.data over one worker's TFRecord shards: shard shuffle, interleave, parse, length filter, example shuffle,
-    bucketing to fixed shapes, exactly `steps` batches per epoch."""
+    bucketing to fixed shapes, then empty batches up to exactly `steps` batches per epoch (the most any worker
+    needs: no pair is cut off)."""
 
     def __init__(self, files, plan: BucketPlan, max_length: int, steps: int, shuffle_buffer: int, seed: int,
                  rank: int = 0, as_numpy: bool = False, cycle_length: int = 8):
@@ -173,6 +177,8 @@ class TrainPipeline:
             return window.padded_batch(size, padded_shapes=(shape, shape)).map(fill_rows)
 
         ds = ds.group_by_window(bucket, batch, window_size_func=lambda key: tf.gather(sizes, key))
+        empty = tf.zeros([self.plan.batch_sizes[0], self.plan.lengths[0]], tf.int32)
+        ds = ds.concatenate(tf.data.Dataset.from_tensors((empty, empty)).repeat())
 
         def split(s, t):
             target_input = tf.concat([tf.zeros_like(t[:, :1]), t[:, :-1]], axis=1)
@@ -291,11 +297,26 @@ def load_eval_set(data_dir: str, manifest: dict):
     if len(references) != len(sources) or (len(indices) and not np.array_equal(indices, np.arange(len(indices)))):
         raise DataError(f"{by_split['reference'][0]}: {len(references)} reference lines for {len(sources)} "
                         f"eval records (prepare the data again)")
-    return sources, indices, references, Vocabulary(by_split["vocab"][0]).decode
+    tokenizer = manifest.get("options", {}).get("tokenizer", "sentencepiece")
+    return sources, indices, references, open_vocabulary(by_split["vocab"][0], tokenizer).decode
+
+
+def open_vocabulary(path: str, tokenizer: str):
+    """The prepared dataset's vocabulary, by the manifest's options.tokenizer: "subword" (tensor2tensor's
+    SubwordTextEncoder, inputs/subword.py) or "sentencepiece"."""
+    if tokenizer == "subword":
+        from mlperf_keras.inputs.subword import SubwordTextEncoder
+
+        return SubwordTextEncoder.from_file(path)
+    if tokenizer == "sentencepiece":
+        return Vocabulary(path)
+    raise DataError(f"{path}: unknown tokenizer {tokenizer!r} in the manifest (prepare the data again)")
 
 
 class Vocabulary:
-    """The prepared dataset's subword model (sentencepiece): text <-> ids, 0 = padding, 1 = EOS."""
+    """A sentencepiece model: text <-> ids, 0 = padding, 1 = EOS."""
+
+    kind = "sentencepiece"
 
     def __init__(self, path: str):
         import sentencepiece as spm
@@ -354,5 +375,5 @@ def parse_eval(record):
 
 __all__ = ["PAD_ID", "EOS_ID", "BucketPlan", "length_histogram", "worker_length_histogram",
            "synthetic_length_histogram", "to_model_inputs", "TrainPipeline", "SyntheticTextBatches",
-           "padding_fraction", "eval_batches", "pad_eval_batch", "synthetic_eval_set", "load_eval_set", "Vocabulary",
+           "padding_fraction", "eval_batches", "pad_eval_batch", "synthetic_eval_set", "load_eval_set", "open_vocabulary", "Vocabulary",
            "serialize_pair", "serialize_eval", "parse_pair", "parse_eval"]

@@ -7,7 +7,8 @@ shared by source, target and the output projection, scaled by sqrt(d_model), wit
 
 Masks are boolean (True = may attend), so Keras' mixed-precision autocast of layer inputs never touches them;
 attention logits and softmax are computed in float32 and masked positions set to -1e9 there (no fp16 overflow).
-Dropout is layers/dropout.py's (counter-hash masks, fused by XLA; Keras' threefry masks cost 6% of a step on JAX).
+Dropout is layers/dropout.py's, whose `generator` (dropout_rng) picks the random bits: Keras' stock generator by
+default, jax.random's rbg, or (open division) a counter hash.
 Decoding keeps a fixed-size key/value cache per layer (no growing shapes, so XLA compiles one loop).
 """
 from __future__ import annotations
@@ -80,7 +81,8 @@ def _dense(units, name, seed, use_bias=False):
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head dot-product attention with bias-free projections; the keys/values may come from a cache."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float, seed=None, **kwargs):
+    def __init__(self, d_model: int, num_heads: int, dropout: float, seed=None, dropout_rng: str = "keras",
+                 **kwargs):
         super().__init__(**kwargs)
         if d_model % num_heads:
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
@@ -90,7 +92,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key = _dense(d_model, "key", s(1))
         self.value = _dense(d_model, "value", s(2))
         self.output_dense = _dense(d_model, "output", s(3))
-        self.dropout = Dropout(dropout, seed=s(4))
+        self.dropout = Dropout(dropout, seed=s(4), generator=dropout_rng)
 
     def build(self, query_shape, memory_shape=None):
         self.query.build(query_shape)
@@ -135,12 +137,13 @@ class MultiHeadAttention(keras.layers.Layer):
 class FeedForward(keras.layers.Layer):
     """relu(x W1 + b1) (dropout) W2 + b2."""
 
-    def __init__(self, d_model: int, filter_size: int, dropout: float, seed=None, **kwargs):
+    def __init__(self, d_model: int, filter_size: int, dropout: float, seed=None, dropout_rng: str = "keras",
+                 **kwargs):
         super().__init__(**kwargs)
         s = lambda k: None if seed is None else seed + k  # noqa: E731
         self.filter = _dense(filter_size, "filter", s(0), use_bias=True)
         self.output_dense = _dense(d_model, "output", s(1), use_bias=True)
-        self.dropout = Dropout(dropout, seed=s(2))
+        self.dropout = Dropout(dropout, seed=s(2), generator=dropout_rng)
         self.filter_size = filter_size
 
     def build(self, input_shape):
@@ -158,14 +161,15 @@ def _norm(name):
 
 
 class EncoderLayer(keras.layers.Layer):
-    def __init__(self, d_model, num_heads, filter_size, dropout, seed=None, **kwargs):
+    def __init__(self, d_model, num_heads, filter_size, dropout, seed=None, dropout_rng="keras", **kwargs):
         super().__init__(**kwargs)
         s = lambda k: None if seed is None else seed + 10 * k  # noqa: E731
-        self.attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(0), name="self_attention")
-        self.ffn = FeedForward(d_model, filter_size, dropout, seed=s(1), name="ffn")
+        self.attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(0), dropout_rng=dropout_rng,
+                                            name="self_attention")
+        self.ffn = FeedForward(d_model, filter_size, dropout, seed=s(1), dropout_rng=dropout_rng, name="ffn")
         self.attention_norm, self.ffn_norm = _norm("self_attention_norm"), _norm("ffn_norm")
-        self.drop1 = Dropout(dropout, seed=s(2))
-        self.drop2 = Dropout(dropout, seed=s(3))
+        self.drop1 = Dropout(dropout, seed=s(2), generator=dropout_rng)
+        self.drop2 = Dropout(dropout, seed=s(3), generator=dropout_rng)
 
     def build(self, input_shape):
         for layer in (self.attention, self.ffn, self.attention_norm, self.ffn_norm):
@@ -179,15 +183,17 @@ class EncoderLayer(keras.layers.Layer):
 
 
 class DecoderLayer(keras.layers.Layer):
-    def __init__(self, d_model, num_heads, filter_size, dropout, seed=None, **kwargs):
+    def __init__(self, d_model, num_heads, filter_size, dropout, seed=None, dropout_rng="keras", **kwargs):
         super().__init__(**kwargs)
         s = lambda k: None if seed is None else seed + 10 * k  # noqa: E731
-        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(0), name="self_attention")
-        self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(1), name="cross_attention")
-        self.ffn = FeedForward(d_model, filter_size, dropout, seed=s(2), name="ffn")
+        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(0), dropout_rng=dropout_rng,
+                                                 name="self_attention")
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(1), dropout_rng=dropout_rng,
+                                                  name="cross_attention")
+        self.ffn = FeedForward(d_model, filter_size, dropout, seed=s(2), dropout_rng=dropout_rng, name="ffn")
         self.self_norm, self.cross_norm, self.ffn_norm = (_norm("self_attention_norm"), _norm("cross_attention_norm"),
                                                           _norm("ffn_norm"))
-        self.drops = [Dropout(dropout, seed=s(3 + i)) for i in range(3)]
+        self.drops = [Dropout(dropout, seed=s(3 + i), generator=dropout_rng) for i in range(3)]
 
     def build(self, input_shape):
         for layer in (self.self_attention, self.cross_attention, self.ffn, self.self_norm, self.cross_norm,

@@ -1,11 +1,18 @@
-"""Dropout whose keep mask comes from counter-hash bits (mlperf_keras/counter_hash.py) instead of keras.random.
+"""keras.layers.Dropout with a choice of random-bit generator (the `generator` argument, hparam dropout_rng).
 
-Same semantics as keras.layers.Dropout (a unit is kept with probability 1 - rate, to within 2^-32, and kept units
-are scaled by 1 / (1 - rate); identity unless training), the same SeedGenerator state (a new seed each call, carried
-in the layer's non-trainable state, so each step draws a fresh mask). The difference is the generator: the mask is
-an elementwise function of each unit's index and the call's seed, which XLA fuses into the consumer, where Keras on
-JAX draws threefry bits. On the H200 that was 6% of the Transformer-big training step (212,217 -> 225,997 target
-tokens/s, benchmarks/RESULTS.md). TensorFlow and JAX draw the same mask for the same seed.
+Every generator has keras.layers.Dropout's semantics (a unit is kept with probability 1 - rate and kept units are
+scaled by 1 / (1 - rate); identity unless training) and its SeedGenerator state (a new [seed, counter] each call,
+carried in the layer's non-trainable state, so each step draws a fresh mask). They differ in where the bits come from:
+- "keras" (the default): keras.random.dropout itself, a framework stock generator: jax.random's default threefry on
+  JAX, TensorFlow's stateless ops (Philox) on TensorFlow. Closed division.
+- "rbg" (JAX only): jax.random.bernoulli with a key of jax.random's "rbg" implementation (XLA's RngBitGenerator,
+  Philox on GPU), its key data [seed, counter, seed, counter] from the SeedGenerator draw, as jax.random.key(seed,
+  impl="rbg") doubles a threefry key (jax/_src/prng.py, _rbg_seed). A stock jax.random generator: closed division.
+  ("unsafe_rbg" draws the same bits: it differs from rbg only in split and fold_in, which one mask never calls.)
+- "hash": keep_mask() below, counter-hash bits (mlperf_keras/counter_hash.py), an elementwise function of each unit's
+  index and the call's seed that XLA fuses into the consumer; TensorFlow and JAX draw the same mask. Not a framework
+  generator: open division only. On the H200 it was 6% faster than "keras" on JAX for the Transformer-big step
+  (212,217 -> 225,997 target tokens/s, benchmarks/RESULTS.md); rbg was not measured against it.
 """
 from __future__ import annotations
 
@@ -37,20 +44,60 @@ def keep_mask(shape, rate: float, seed):
     return ops.greater_equal(random_bits(counters, key0, key1), threshold)
 
 
-class Dropout(keras.layers.Dropout):
-    """keras.layers.Dropout (no noise_shape) drawing its mask from keep_mask()."""
+GENERATORS = ("keras", "rbg", "hash")
+STOCK_GENERATORS = ("keras", "rbg")   # framework generators: allowed in the closed division
 
-    def __init__(self, rate, seed=None, **kwargs):
+
+def check_generator(generator: str, backend: str, closed_division: bool) -> None:
+    """Raise config.ConfigError when `generator` is unknown, not built for `backend`, or not allowed in the division."""
+    from mlperf_keras.config import ConfigError
+
+    if generator not in GENERATORS:
+        raise ConfigError(f"dropout_rng={generator!r}: choose {', '.join(GENERATORS)}")
+    if generator == "rbg" and backend != "jax":
+        raise ConfigError("dropout_rng=rbg is jax.random's rbg generator: JAX backend only (keras is TensorFlow's "
+                          "stock generator)")
+    if generator not in STOCK_GENERATORS and closed_division:
+        raise ConfigError(f"dropout_rng={generator} is not a framework random generator: closed division uses "
+                          f"{' or '.join(STOCK_GENERATORS)}; pass --division=open to use it")
+
+
+def rbg_keep_mask(shape, rate: float, seed):
+    """Boolean mask of `shape`, True with probability 1 - rate, from jax.random's rbg generator; seed: [2] ints."""
+    import jax
+    import jax.numpy as jnp
+
+    seed = jnp.asarray(seed).astype(jnp.uint32)
+    key = jax.random.wrap_key_data(jnp.concatenate([seed, seed]), impl="rbg")
+    return jax.random.bernoulli(key, 1.0 - rate, tuple(shape))
+
+
+class Dropout(keras.layers.Dropout):
+    """keras.layers.Dropout (no noise_shape) drawing its mask from `generator`: "keras", "rbg" or "hash"."""
+
+    def __init__(self, rate, seed=None, generator: str = "keras", **kwargs):
         if kwargs.get("noise_shape") is not None:
             raise ValueError("layers.dropout.Dropout does not take noise_shape; use keras.layers.Dropout")
+        if generator not in GENERATORS:
+            raise ValueError(f"generator={generator!r}: expected one of {', '.join(GENERATORS)}")
         super().__init__(rate, seed=seed, **kwargs)
+        self.generator = generator
 
     def call(self, inputs, training=False):
         if not training or self.rate == 0:
             return inputs
-        keep = keep_mask(ops.shape(inputs), self.rate, self.seed_generator.next())
+        if self.generator == "keras":
+            return super().call(inputs, training=training)
+        seed = self.seed_generator.next()
+        if self.generator == "rbg":
+            keep = rbg_keep_mask(ops.shape(inputs), self.rate, seed)
+        else:
+            keep = keep_mask(ops.shape(inputs), self.rate, seed)
         scale = ops.cast(1.0 / (1.0 - self.rate), inputs.dtype)
         return ops.where(keep, inputs * scale, ops.zeros_like(inputs))
 
+    def get_config(self):
+        return {**super().get_config(), "generator": self.generator}
 
-__all__ = ["Dropout", "keep_mask"]
+
+__all__ = ["GENERATORS", "STOCK_GENERATORS", "check_generator", "Dropout", "keep_mask", "rbg_keep_mask"]

@@ -8,6 +8,8 @@ target tokens. Adam (0.9, 0.997, 1e-9) with the reference schedule lr = 2.0 * d_
 * rsqrt(max(step, 16000)). Batches hold up to 4,096 tokens per worker, bucketed by length (inputs/text.py); pairs
 longer than 256 tokens are discarded. Evaluation: beam search (beam 4, alpha 0.6, up to source length + 50 tokens)
 over all of newstest2014, detokenised, uncased BLEU (sacrebleu, intl tokenisation) merged exactly across workers.
+Closed division (Workload.check): dropout from a framework generator (hparam dropout_rng keras or rbg,
+layers/dropout.py) and data prepared with the reference's subword vocabulary (data_prep.wmt --vocab_kind=subword).
 
 Inputs of a training step: x = {"source": [B, L], "target_input": [B, L]} (targets shifted right behind a 0),
 y = targets [B, L]; 0 is padding, 1 is EOS.
@@ -40,21 +42,24 @@ def _model_class():
     from mlperf_keras.layers.dropout import Dropout
 
     class TransformerModel(keras.Model):
-        def __init__(self, vocab_size, d_model, num_layers, num_heads, filter_size, dropout, seed=None, **kwargs):
+        def __init__(self, vocab_size, d_model, num_layers, num_heads, filter_size, dropout, seed=None,
+                     dropout_rng="keras", **kwargs):
             super().__init__(**kwargs)
             self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads
             self.depth = d_model // num_heads
             s = lambda k: None if seed is None else seed + 1000 * k  # noqa: E731
             self.embedding = att.SharedEmbedding(vocab_size, d_model, pad_id=PAD_ID, seed=s(0), name="embedding")
             self.encoder_layers = [att.EncoderLayer(d_model, num_heads, filter_size, dropout, seed=s(1 + i),
-                                                    name=f"encoder_{i}") for i in range(num_layers)]
+                                                    dropout_rng=dropout_rng, name=f"encoder_{i}")
+                                   for i in range(num_layers)]
             self.decoder_layers = [att.DecoderLayer(d_model, num_heads, filter_size, dropout,
-                                                    seed=s(1 + num_layers + i), name=f"decoder_{i}")
+                                                    seed=s(1 + num_layers + i), dropout_rng=dropout_rng,
+                                                    name=f"decoder_{i}")
                                    for i in range(num_layers)]
             self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
             self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
-            self.encoder_dropout = Dropout(dropout, seed=s(3 * num_layers + 1))
-            self.decoder_dropout = Dropout(dropout, seed=s(3 * num_layers + 2))
+            self.encoder_dropout = Dropout(dropout, seed=s(3 * num_layers + 1), generator=dropout_rng)
+            self.decoder_dropout = Dropout(dropout, seed=s(3 * num_layers + 2), generator=dropout_rng)
 
         def build(self, input_shape=None):
             shape = (None, None, self.d_model)
@@ -182,6 +187,7 @@ class Transformer(Workload):
             "num_heads": 16,
             "filter_size": 4096,
             "dropout": 0.1,
+            "dropout_rng": "keras",      # layers/dropout.py: keras (stock) | rbg (jax.random, JAX) | hash (open only)
             "label_smoothing": 0.1,
             "learning_rate": 2.0,
             "warmup_steps": 16_000,
@@ -201,6 +207,17 @@ class Transformer(Workload):
             **WMT17,
         }
 
+    def check(self, config, manifest):
+        from mlperf_keras.config import ConfigError
+        from mlperf_keras.layers.dropout import check_generator
+
+        check_generator(config.hparams.get("dropout_rng", "keras"), config.backend, config.closed_division)
+        tokenizer = (manifest or {}).get("options", {}).get("tokenizer", "sentencepiece")
+        if manifest is not None and config.closed_division and tokenizer != "subword":
+            raise ConfigError(f"{config.data_dir} was prepared with a {tokenizer} vocabulary; the closed division "
+                              f"uses the reference's subword vocabulary: prepare it again with python -m "
+                              f"data_prep.wmt (--vocab_kind=subword, the default), or pass --division=open")
+
     def dataset_hparams(self, manifest):
         if manifest is None:
             return {}
@@ -214,7 +231,8 @@ class Transformer(Workload):
     def build_model(self, config):
         hp = config.hparams
         model = _model_class()(hp["vocab_size"], hp["d_model"], hp["num_layers"], hp["num_heads"],
-                               hp["filter_size"], hp["dropout"], seed=config.seed, name="transformer")
+                               hp["filter_size"], hp["dropout"], seed=config.seed,
+                               dropout_rng=hp.get("dropout_rng", "keras"), name="transformer")
         model.build()
         self.label_smoothing = hp["label_smoothing"]
         self.model = model  # the evaluator decodes with the model the loop trains
@@ -249,7 +267,9 @@ class Transformer(Workload):
             histogram = text.synthetic_length_histogram(config.hparams["train_pairs"] // config.num_workers,
                                                         config.hparams["max_length"])
             return plan.steps(histogram)
-        return min(plan.steps(text.worker_length_histogram(manifest, r, config.num_workers))
+        # The most batches any worker's shards give: the others end their epoch with empty batches (inputs/text.py),
+        # so every pair is trained on once per epoch whether or not the shards divide evenly.
+        return max(plan.steps(text.worker_length_histogram(manifest, r, config.num_workers))
                    for r in range(config.num_workers))
 
     def train_data(self, config, dist, manifest):
