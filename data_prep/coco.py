@@ -367,6 +367,8 @@ def define_flags():
     cli.define_common_flags("Folder holding the extracted official COCO 2017 files: annotations/"
                             "instances_train2017.json, annotations/instances_val2017.json, train2017/*.jpg, "
                             "val2017/*.jpg.")
+    # absl's --help lists only the main module's own flags: show --raw_dir/--output_dir too.
+    flags.adopt_module_key_flags(cli)
     flags.DEFINE_integer("train_shards", 256, "Training record files.")
     flags.DEFINE_integer("val_shards", 32, "Validation record files.")
     flags.DEFINE_integer("num_workers", None, "Worker processes reading and checking images (default: every core; "

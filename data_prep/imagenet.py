@@ -458,6 +458,8 @@ FLAGS = flags.FLAGS
 def define_flags():
     cli.define_common_flags(f"Folder holding {TRAIN_TAR}, {VAL_TAR} and the validation labels ({DEVKIT}.tar.gz, "
                             f"or a one-wnid-per-line file such as {WNID_LISTS[0]}).")
+    # absl's --help lists only the main module's own flags: show --raw_dir/--output_dir too.
+    flags.adopt_module_key_flags(cli)
     flags.DEFINE_integer("train_shards", 1024, "Training record files (the reference: 1024).")
     flags.DEFINE_integer("val_shards", 128, "Validation record files (the reference: 128).")
     flags.DEFINE_enum("on_corrupt", "fail", ["fail", "skip"], "A corrupt image fails the run, or is left out and "

@@ -221,6 +221,8 @@ FLAGS = flags.FLAGS
 def define_flags():
     """Flags exist only when this module is the program (training imports prepare() for the demo)."""
     cli.define_common_flags("Folder holding ml-20m/ratings.csv (or ml-20m/ itself, or ml-20m.zip).")
+    # absl's --help lists only the main module's own flags: show --raw_dir/--output_dir too.
+    flags.adopt_module_key_flags(cli)
     flags.DEFINE_integer("min_ratings", 20, "Drop users with fewer ratings (MLPerf: 20).")
     flags.DEFINE_integer("eval_negatives", 999, "Eval negatives per user (MLPerf: 999).")
     flags.DEFINE_integer("seed", 0, "Seed of the eval-negative draw (fixed, so every run evaluates the same set).")

@@ -505,6 +505,8 @@ def define_flags():
     cli.define_common_flags("Folder holding the WMT17 archives (training-parallel-europarl-v7.tgz, "
                             "training-parallel-commoncrawl.tgz, training-parallel-nc-v12.tgz, [rapid2016.tgz], "
                             "dev.tgz or test-full.tgz) or their unpacked files, anywhere below it.")
+    # absl's --help lists only the main module's own flags: show --raw_dir/--output_dir too.
+    flags.adopt_module_key_flags(cli)
     flags.DEFINE_list("corpora", list(REFERENCE_CORPORA), f"Training corpora, of: {', '.join(CORPORA)}. The MLPerf "
                       "reference uses europarl, commoncrawl, news_commentary.")
     flags.DEFINE_enum("vocab_kind", "subword", list(VOCAB_KINDS), "subword: the Transformer reference's "

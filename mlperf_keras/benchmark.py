@@ -81,6 +81,9 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.backend:
         os.environ["KERAS_BACKEND"] = FLAGS.backend
+    from mlperf_keras import quiet
+
+    quiet.apply()
     from mlperf_keras import distribute, loop
     from mlperf_keras.inputs.manifest import DataError
 

@@ -14,7 +14,6 @@ import sys
 
 from absl import app, flags
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of progress output
 
 from mlperf_keras.config import MODEL_NAMES, PRECISIONS, RULESETS, SEED_LIMIT, ConfigError
 
@@ -193,7 +192,13 @@ def resolve(values, dist, say=print):
         if latest is None:
             raise ConfigError(f"--resume: no checkpoint in --checkpoint_dir={values.checkpoint_dir}")
         values = with_values(values, seed=checkpoints.read_header(latest)["seed"])
-    return workload, manifest, build_config(values, workload, dist, manifest, demo)
+    config = build_config(values, workload, dist, manifest, demo)
+    from mlperf_keras import system
+
+    warning = system.preset_mismatch_warning(values.platform, config.system.accelerator_model)
+    if warning and dist.is_chief:
+        say(warning)
+    return workload, manifest, config
 
 
 def prepare(values, dist, say=print):
@@ -254,6 +259,9 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.backend:
         os.environ["KERAS_BACKEND"] = FLAGS.backend
+    from mlperf_keras import quiet
+
+    quiet.apply()
     # A launcher ends the other workers with SIGTERM when one dies: exit through Python so the loop logs
     # run_stop "aborted" instead of leaving a log that ends mid-run.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

@@ -1,0 +1,12 @@
+"""`python -m data_prep.<dataset> --help` shows the flags every command shares (absl hides another module's flags)."""
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.mark.parametrize("module", ["data_prep.movielens", "data_prep.coco"])
+def test_help_lists_the_shared_flags(module):
+    proc = run_cli(module, "--help", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for flag in ("--raw_dir", "--output_dir", "--overwrite", "--allow_subset"):
+        assert flag in proc.stdout, f"{module} --help does not list {flag}"
