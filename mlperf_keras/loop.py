@@ -208,7 +208,9 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start) -
         epoch_loss = run_epoch(step, train.batches(epoch), train.steps_per_epoch, samples_per_step,
                                config.progress_seconds, lambda msg: progress.say(f"  epoch {epoch + base} {msg}"))
         epoch_seconds = time.time() - epoch_start
-        throughput = train.steps_per_epoch * samples_per_step / epoch_seconds
+        # A TrainData that counts its epoch's samples (GNMT's real tokens) gives them; else steps x global batch.
+        counted = train.epoch_samples() if hasattr(train, "epoch_samples") else None
+        throughput = (counted if counted is not None else train.steps_per_epoch * samples_per_step) / epoch_seconds
         throughputs.append(throughput)
         log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch + base})
         log.event("tracked_stats", {"throughput": throughput, "loss": epoch_loss}, metadata={"epoch_num": epoch + base})
