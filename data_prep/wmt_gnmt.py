@@ -262,7 +262,7 @@ def write_demo_raw(raw_dir: str, num_pairs: int = 6_000, num_test: int = 200, se
                    min_words: int = 2, max_words: int = 7) -> None:
     """The three WMT16 corpora (num_pairs split among them, unpacked in the archives' folder names) and newstest2014
     as SGML. English sentences are random made-up words ending with a full stop; German is each word translated by a fixed
-    dictionary, in reverse order, so that attention has to look across the sentence."""
+    dictionary, in order (GNMT's decoder starts from zero states: every source word reaches it through attention)."""
     rng = np.random.default_rng(seed)
     syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vi", "so", "pe", "du", "ga", "fi"]
     english = set()
@@ -273,7 +273,7 @@ def write_demo_raw(raw_dir: str, num_pairs: int = 6_000, num_test: int = 200, se
 
     def pair():
         words = list(rng.choice(english, size=int(rng.integers(min_words, max_words + 1))))
-        return " ".join(words) + ".", " ".join(german[w] for w in reversed(words)) + "."  # raw text: "a b."
+        return " ".join(words) + ".", " ".join(german[w] for w in words) + "."  # raw text: "a b."
 
     folders = {"europarl": "training-parallel-europarl-v7/training", "commoncrawl": "training-parallel-commoncrawl",
                "news_commentary": "training-parallel-nc-v11/training"}

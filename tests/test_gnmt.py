@@ -194,3 +194,19 @@ def test_dry_run_prints_the_parameter_count(capsys):
     assert f"parameters: {gnmt.parameter_count(options)}\n" in out
     assert f"(the reference's count): {gnmt.parameter_count(options, 2)}" in out
     assert GNMT().reference_hparams("0.7")["vocab_size"] == 32_320
+
+
+@pytest.mark.slow  # about 3-5 minutes on 2 CPU cores: data generation and preparation, tracing, ~6 epochs
+def test_demo_reaches_its_target(tmp_path):
+    """`python -m mlperf_keras.train --model=gnmt` without --data_dir: generated WMT16-format data, prepared by
+    data_prep.wmt_gnmt, a width-64 GNMT trained until BLEU >= the demo target."""
+    from mlperf_keras import distribute, loop
+    from mlperf_keras import train as train_cli
+
+    values = train_values(model="gnmt", output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"), seed=1,
+                          jit_compile=False)
+    dist = distribute.create("tensorflow")
+    workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
+    assert config.demo and config.quality_target == workload.demo_target == 60.0
+    result = loop.run(config, workload, dist, manifest)
+    assert result.status == "success" and result.quality >= 60.0, result

