@@ -19,6 +19,8 @@ setup(
         "pillow>=10",          # data_prep.imagenet: re-encoding PNG/CMYK files, checking images
         "sentencepiece>=0.2",  # data_prep.wmt: the shared subword vocabulary
         "sacrebleu>=2.4",      # BLEU for transformer/gnmt
+        "sacremoses>=0.1",     # data_prep.wmt_gnmt and GNMT's BLEU: Moses tokenizer/detokenizer (pure Python)
+        "subword-nmt>=0.3.8",  # data_prep.wmt_gnmt: the reference's joint BPE (pure Python)
         "pycocotools>=2.0.7",  # COCO box mAP for ssd (and maskrcnn), and RLE/polygon handling in data_prep.coco
         # The same COCOeval numbers in C++: val2017's evaluation takes seconds instead of pycocotools' minutes at
         # every eval on the MLPerf clock (metrics/coco.py uses it when installed; wheels for CPython 3.10-3.13).

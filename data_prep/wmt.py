@@ -530,11 +530,20 @@ def define_flags():
     flags.DEFINE_integer("threads", None, "Threads (processes for the subword encoder) for the vocabulary and "
                          "encoding (default: all cores).")
     flags.DEFINE_bool("byte_fallback", True, "Spell characters outside the vocabulary as UTF-8 bytes (lossless).")
-    flags.DEFINE_enum("workload", "transformer", ["transformer", "gnmt"], "The workload the data is prepared for.")
+    flags.DEFINE_enum("workload", "transformer", ["transformer", "gnmt"], "The workload the data is prepared for; "
+                      "gnmt runs data_prep.wmt_gnmt (WMT16, Moses + BPE; --max_length defaults to 50 there).")
 
 
 def main(argv):
     del argv
+    if FLAGS.workload == "gnmt":  # WMT16 with Moses + subword-nmt BPE: data_prep/wmt_gnmt.py
+        from data_prep import wmt_gnmt
+
+        cli.run_or_report(wmt_gnmt.prepare, FLAGS.raw_dir, FLAGS.output_dir,
+                          max_length=FLAGS.max_length if FLAGS["max_length"].present else 50,
+                          num_shards=FLAGS.num_shards, seed=FLAGS.seed, threads=FLAGS.threads,
+                          overwrite=FLAGS.overwrite)
+        return
     cli.run_or_report(prepare, FLAGS.raw_dir, FLAGS.output_dir, corpora=FLAGS.corpora, vocab_kind=FLAGS.vocab_kind,
                       vocab_size=FLAGS.vocab_size, max_length=FLAGS.max_length, max_ratio=FLAGS.max_ratio,
                       num_shards=FLAGS.num_shards, seed=FLAGS.seed, vocab_sample=FLAGS.vocab_sample,

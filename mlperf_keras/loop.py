@@ -257,7 +257,9 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
                                config.progress_seconds, lambda msg: progress.say(f"  epoch {epoch + base} {msg}"),
                                stop_on_non_finite=dist.world_size == 1)
         epoch_seconds = time.time() - epoch_start
-        throughput = train.steps_per_epoch * samples_per_step / epoch_seconds
+        # A TrainData that counts its epoch's samples (GNMT's real tokens) gives them; else steps x global batch.
+        counted = train.epoch_samples() if hasattr(train, "epoch_samples") else None
+        throughput = (counted if counted is not None else train.steps_per_epoch * samples_per_step) / epoch_seconds
         throughputs.append(throughput)
         log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch + base})
         # Decided together: a worker whose own last loss is finite must stop too, or it would wait in the evaluation.

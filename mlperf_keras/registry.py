@@ -11,7 +11,7 @@ _WORKLOADS = {
     "resnet": ("mlperf_keras.workloads.resnet", "ResNet50"),
     "ssd": ("mlperf_keras.workloads.ssd", "SSD"),
     "transformer": ("mlperf_keras.workloads.transformer", "Transformer"),
-    "gnmt": None,         # reuses issue 6's text pipeline
+    "gnmt": ("mlperf_keras.workloads.gnmt", "GNMT"),
     "maskrcnn": None,     # reuses data_prep.coco and metrics.coco
 }
 assert set(_WORKLOADS) == set(MODEL_NAMES)

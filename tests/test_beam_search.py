@@ -183,3 +183,83 @@ def test_transformer_beam_one_equals_greedy_and_beam_four_copies():
     beam4 = Translator(model, beam_size=4, alpha=0.6, extra_length=extra, eos_id=EOS, jit_compile=False)(source)
     copied = [strip_eos(beam4[r], EOS) == strip_eos(source[r], EOS) for r in range(16)]
     assert np.mean(copied) >= 0.5, copied
+
+
+# -- GNMT's scoring: length normalisation counting the start token, coverage penalty from attention -------------------
+
+def toy_attention(vocab, length, source_length, seed):
+    """A fixed attention table: weights over the source [S] given position and previous token (rows sum to 1)."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(length, vocab, source_length)).astype(np.float32) * 2.0
+    weights = np.exp(logits)
+    return weights / weights.sum(-1, keepdims=True)
+
+
+def toy_step_with_attention(table, attention):
+    t, a = ops.convert_to_tensor(table), ops.convert_to_tensor(attention)
+
+    def step(ids, position, cache):
+        logits = ops.take(ops.take(t, position, axis=0), ids, axis=0)
+        weights = ops.take(ops.take(a, position, axis=0), ids, axis=0)
+        return logits, weights, {"steps": cache["steps"] + 1}
+
+    return step
+
+
+def gnmt_score_numpy(table, attention, seq, alpha, beta, offset):
+    """The reference's formula: logp / ((5 + len) / 6) ** alpha + beta * sum_j log(min(sum_t a_tj, 1)), a_tj > 0,
+    len = generated tokens + offset (the reference counts BOS)."""
+    prev, lp, coverage = 0, 0.0, np.zeros(attention.shape[-1])
+    for i, tok in enumerate(seq):
+        lp += table[i, prev, tok]
+        coverage += attention[i, prev]
+        prev = tok
+    penalty = np.log(np.minimum(coverage[coverage > 0], 1.0)).sum()
+    return lp / penalty_len(alpha, len(seq) + offset) + beta * penalty
+
+
+def penalty_len(alpha, n):
+    return ((5.0 + n) / 6.0) ** alpha
+
+
+def test_coverage_score_matches_numpy():
+    from mlperf_keras.decoding import coverage_score
+
+    sums = np.array([[0.0, 0.3, 1.7, 0.9], [1.0, 0.05, 0.0, 0.0]], np.float32)
+    want = 0.1 * np.array([np.log(0.3) + np.log(0.9), np.log(0.05)])
+    np.testing.assert_allclose(np.asarray(coverage_score(sums, 0.1)), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("beta, offset, seed", [(0.1, 1, 0), (0.5, 1, 1), (0.1, 0, 2), (1.0, 1, 3)])
+def test_wide_beam_with_coverage_finds_the_numpy_best(beta, offset, seed):
+    vocab, length, source_length = 4, 4, 3
+    table = toy_log_probs(vocab, length, seed)
+    attention = toy_attention(vocab, length, source_length, seed + 10)
+    cache = {"steps": ops.zeros((128,), "int32")}
+    seqs, scores = beam_search(toy_step_with_attention(table, attention), cache, 1, 128, 0.6, length, EOS,
+                               coverage_penalty=beta, source_length=source_length, length_offset=offset)
+    best, best_score = None, -np.inf
+    others = [t for t in range(vocab) if t != EOS]
+    for n in range(1, length + 1):
+        for prefix in itertools.product(others, repeat=n - 1):
+            seq = list(prefix) + [EOS]
+            score = gnmt_score_numpy(table, attention, seq, 0.6, beta, offset)
+            if score > best_score:
+                best, best_score = seq, score
+    assert list(np.asarray(seqs)[0, 0, 1:1 + len(best)]) == best
+    assert float(np.asarray(scores)[0, 0]) == pytest.approx(best_score, abs=1e-4)
+    if seed == 1:  # here the penalties change the winner: the plain search ends at once ([EOS])
+        plain, _ = run_search(table, batch=1, beam=128, alpha=0.6, length=length)
+        assert plain[0, 0, 1] == EOS and best != [EOS]
+
+
+def test_beam_one_with_coverage_equals_greedy():
+    vocab, length = 7, 10
+    table = toy_log_probs(vocab, length, 4)
+    table[:, :, EOS] += np.linspace(-3, 3, length)[:, None]
+    want = greedy(table, length)
+    assert want[-1] == EOS
+    attention = toy_attention(vocab, length, 5, 4)
+    seqs, _ = beam_search(toy_step_with_attention(table, attention), {"steps": ops.zeros((1,), "int32")}, 1, 1, 0.6,
+                          length, EOS, coverage_penalty=0.1, source_length=5, length_offset=1)
+    assert list(np.asarray(seqs)[0, 0, 1:1 + len(want)]) == want

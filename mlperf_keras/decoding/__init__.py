@@ -5,7 +5,10 @@ A decodable model provides
   memory_kv(memory) -> per decoder layer (keys, values) of the encoder output, computed once per sentence
   empty_cache(rows, max_length) -> the decoder's fixed-size self-attention cache
   decode_step(ids [rows], position, cache, memory_kv, memory_mask) -> (logits [rows, V], cache)
-(workloads/transformer.py). `Translator` compiles one decode function for the active backend: tf.function (+ XLA)
+(workloads/transformer.py), or (a recurrent decoder, layers/gnmt.py)
+  beam_decoder(source, beam_size) -> (step, state) with step(ids, position, state) -> (logits, attention weights
+  [rows, S], state): the encoder runs once inside it; the attention weights feed the coverage penalty.
+`Translator` compiles one decode function for the active backend: tf.function (+ XLA)
 reading the model's variables as they are; on JAX a jax.jit function that takes the variables' current values as an
 argument (keras.StatelessScope), so it is compiled once and always decodes with the latest weights.
 """
@@ -15,15 +18,24 @@ import keras
 import numpy as np
 from keras import ops
 
-from mlperf_keras.decoding.beam_search import beam_search, length_penalty
+from mlperf_keras.decoding.beam_search import beam_search, coverage_score, length_penalty
 
 
-def translate_fn(model, beam_size: int, alpha: float, extra_length: int, eos_id: int):
-    """source [B, S] int32 -> best hypothesis [B, S + extra_length] int32 (EOS then zeros once finished)."""
+def translate_fn(model, beam_size: int, alpha: float, extra_length: int, eos_id: int, max_length: int | None = None,
+                 coverage_penalty: float = 0.0, length_offset: int = 0, start_id: int = 0):
+    """source [B, S] int32 -> best hypothesis [B, S + extra_length] int32 (EOS then zeros once finished), or
+    [B, max_length] when max_length is given (a fixed decode length, as GNMT's)."""
 
     def translate(source):
         batch, source_length = int(source.shape[0]), int(source.shape[1])
-        max_length = source_length + extra_length
+        if hasattr(model, "beam_decoder"):
+            length = max_length or source_length + extra_length
+            step, state = model.beam_decoder(source, beam_size)
+            sequences, _ = beam_search(step, state, batch, beam_size, alpha, length, eos_id, start_id=start_id,
+                                       coverage_penalty=coverage_penalty, source_length=source_length,
+                                       length_offset=length_offset)
+            return sequences[:, 0, 1:]
+        max_length_ = max_length or source_length + extra_length
         memory, memory_mask = model.encode(source, training=False)
         tiled = [(ops.repeat(k, beam_size, axis=0), ops.repeat(v, beam_size, axis=0))
                  for k, v in model.memory_kv(memory)]
@@ -32,8 +44,8 @@ def translate_fn(model, beam_size: int, alpha: float, extra_length: int, eos_id:
         def step(ids, position, cache):
             return model.decode_step(ids, position, cache, tiled, mask)
 
-        sequences, _ = beam_search(step, model.empty_cache(batch * beam_size, max_length), batch, beam_size, alpha,
-                                   max_length, eos_id)
+        sequences, _ = beam_search(step, model.empty_cache(batch * beam_size, max_length_), batch, beam_size, alpha,
+                                   max_length_, eos_id)
         return sequences[:, 0, 1:]
 
     return translate
@@ -43,9 +55,10 @@ class Translator:
     """Compiled batched beam search for one model: `translator(source_ids) -> numpy ids` (one compile per shape)."""
 
     def __init__(self, model, beam_size: int, alpha: float, extra_length: int, eos_id: int,
-                 jit_compile: bool = True):
+                 jit_compile: bool = True, **options):
+        """options: translate_fn's max_length, coverage_penalty, length_offset, start_id."""
         self.model = model
-        fn = translate_fn(model, beam_size, alpha, extra_length, eos_id)
+        fn = translate_fn(model, beam_size, alpha, extra_length, eos_id, **options)
         self.backend = keras.backend.backend()
         if self.backend == "tensorflow":
             import tensorflow as tf
@@ -82,4 +95,4 @@ def strip_eos(ids, eos_id: int) -> list[int]:
     return out
 
 
-__all__ = ["Translator", "translate_fn", "beam_search", "length_penalty", "strip_eos"]
+__all__ = ["Translator", "translate_fn", "beam_search", "coverage_score", "length_penalty", "strip_eos"]

@@ -12,6 +12,20 @@ any of the 2K), and a sentence also stops once it has K finished hypotheses; a s
 So beam size 1 is exactly greedy decoding (for any alpha), and no sentence's result depends on the others in its
 batch. With K large enough to keep every extension the search is exhaustive (tests/test_beam_search.py).
 
+GNMT's scoring (Wu et al. 2016, section 7; the MLPerf GNMT reference's SequenceGenerator, mlcommons/training
+rnn_translator/pytorch/seq2seq/inference/beam_search.py at 69dbe8b) is the same search with two options:
+`length_offset` = 1 counts the start token in the length, as the reference (its lengths start at 1 for BOS, so a
+hypothesis of n tokens with EOS is normalised by ((5 + n + 1) / 6) ** alpha); `coverage_penalty` = beta > 0 makes
+step_fn also return the attention weights [B*K, S] of the step, which the search sums per hypothesis (the sums
+follow their hypotheses when beams are re-ranked) and a finished hypothesis scores
+    log-probability / length penalty + beta * sum_j log(min(attention sum_j, 1))   over source positions with a
+positive sum (the reference maps log 0 to 0). Two differences from the reference's search, which keeps K beams per
+sentence until all of them have ended and normalises only then: finished hypotheses are scored (normalised, with
+their coverage penalty) as they finish, as in tensor2tensor's search above; and the reference does not reorder its
+attention sums when beams are re-ranked (accu_attn_scores keeps its slot), so its penalty can mix hypotheses, while
+here each hypothesis carries its own, as the GNMT paper defines it. The penalty is never positive, so the stopping
+bound (best alive log-probability / the longest length penalty) still holds.
+
 Every array has a fixed shape (sequences are preallocated to max_decode_length + 1; the decoder's key/value caches
 are fixed-size), so XLA compiles one loop per (batch, source length) shape.
 """
@@ -42,15 +56,27 @@ def gather_nested(tensor, beam_indices, batch_size: int, beams_in: int):
     return ops.reshape(picked, (batch_size, n) + shape)
 
 
+def coverage_score(attention_sums, beta: float):
+    """beta * sum_j log(min(a_j, 1)) over positions with a_j > 0 (GNMT's coverage penalty, as the reference)."""
+    a = ops.cast(attention_sums, "float32")
+    positive = ops.greater(a, 0.0)
+    logs = ops.log(ops.where(positive, ops.minimum(a, 1.0), 1.0))
+    return beta * ops.sum(logs, axis=-1)
+
+
 def beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, max_decode_length: int,
-                eos_id: int, start_id: int = 0):
+                eos_id: int, start_id: int = 0, coverage_penalty: float = 0.0, source_length: int | None = None,
+                length_offset: int = 0):
     """Returns (sequences [B, K, max_decode_length + 1] int32 with start_id first, scores [B, K]), best first.
 
     step_fn(ids [B*K] int32, position (scalar int32), cache) -> (logits [B*K, V], cache): the model's next-token
     logits for the token `ids` at `position`. Every cache leaf has leading dimension B*K (beam k of sentence b at
-    row b*K + k); the search reorders the rows as beams are re-ranked.
+    row b*K + k); the search reorders the rows as beams are re-ranked. With source_length given, step_fn returns
+    (logits, attention weights [B*K, source_length], cache) and finished hypotheses get coverage_penalty x their
+    coverage score (GNMT); length_offset is added to the number of generated tokens in the length penalty.
     """
     B, K, L = batch_size, beam_size, max_decode_length
+    with_attention = source_length is not None
     positions = ops.arange(L + 1, dtype="int32")
 
     alive_seq = ops.full((B, K, L + 1), start_id, dtype="int32")
@@ -60,7 +86,8 @@ def beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, m
     finished_scores = ops.full((B, K), -INF, dtype="float32")
     finished_flags = ops.zeros((B, K), dtype="bool")
     done = ops.zeros((B,), dtype="bool")
-    max_penalty = length_penalty(alpha, L)
+    max_penalty = length_penalty(alpha, L + length_offset)
+    coverage = ops.zeros((B * K, source_length if with_attention else 1), dtype="float32")
     rank = ops.expand_dims(ops.arange(2 * K, dtype="int32"), 0)
 
     def sentences_done(alive_log_probs, finished_scores, finished_flags):
@@ -72,12 +99,16 @@ def beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, m
         hopeless = ops.greater(lowest_finished, alive_log_probs[:, 0] / max_penalty)
         return ops.logical_or(full, hopeless)
 
-    def cond(i, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, done, cache):
+    def cond(i, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, done, cache, coverage):
         return ops.logical_and(ops.less(i, L), ops.logical_not(ops.all(done)))
 
-    def body(i, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, done, cache):
+    def body(i, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, done, cache, coverage):
         ids = ops.reshape(ops.take(alive_seq, i, axis=2), (B * K,))
-        logits, cache = step_fn(ids, i, cache)
+        if with_attention:
+            logits, attention, cache = step_fn(ids, i, cache)
+            coverage = coverage + ops.cast(attention, "float32")
+        else:
+            logits, cache = step_fn(ids, i, cache)
         vocab = logits.shape[-1]
         log_probs = ops.reshape(ops.log_softmax(ops.cast(logits, "float32"), axis=-1), (B, K, vocab))
         log_probs = log_probs + ops.expand_dims(alive_log_probs, 2)
@@ -96,11 +127,22 @@ def beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, m
         source_beams = ops.take_along_axis(top_beams, ops.cast(alive_pick, "int32"), axis=1)
         rows = _flat_index(source_beams, B, K)
         cache = keras.tree.map_structure(lambda t: ops.take(t, rows, axis=0), cache)
+        top_coverage = None
+        if with_attention:
+            top_coverage = ops.take(coverage, _flat_index(top_beams, B, K), axis=0)   # [B*2K, S]
+            coverage = ops.take(coverage, rows, axis=0)
 
         # An extension ending with EOS is finished when it ranks among the K best extensions of a sentence that is
         # not done yet; the K best finished hypotheses by length-normalised score are kept.
-        accept = ops.logical_and(ops.logical_and(ends, ops.less(rank, K)), ops.expand_dims(ops.logical_not(done), 1))
-        scores = ops.where(accept, top_log_probs / length_penalty(alpha, i + 1), -INF)
+        # Extensions of the -INF placeholder beams (the first step has one real beam) are never accepted: with K
+        # larger than the real extensions they would fill the K finished slots and stop the search early.
+        real = ops.greater(top_log_probs, -INF / 2)
+        accept = ops.logical_and(ops.logical_and(ops.logical_and(ends, real), ops.less(rank, K)),
+                                 ops.expand_dims(ops.logical_not(done), 1))
+        scores = top_log_probs / length_penalty(alpha, i + 1 + length_offset)
+        if with_attention and coverage_penalty:
+            scores = scores + ops.reshape(coverage_score(top_coverage, coverage_penalty), (B, 2 * K))
+        scores = ops.where(accept, scores, -INF)
         all_seq = ops.concatenate([finished_seq, top_seq], axis=1)
         all_scores = ops.concatenate([finished_scores, scores], axis=1)
         all_flags = ops.concatenate([ops.cast(finished_flags, "int32"), ops.cast(accept, "int32")], axis=1)
@@ -108,11 +150,11 @@ def beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, m
         finished_seq = gather_nested(all_seq, finished_pick, B, 3 * K)
         finished_flags = ops.cast(ops.take_along_axis(all_flags, ops.cast(finished_pick, "int32"), axis=1), "bool")
         done = ops.logical_or(done, sentences_done(alive_log_probs, finished_scores, finished_flags))
-        return i + 1, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, done, cache
+        return i + 1, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, done, cache, coverage
 
     state = (ops.convert_to_tensor(0, "int32"), alive_seq, alive_log_probs, finished_seq, finished_scores,
-             finished_flags, done, cache)
-    _, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, _, _ = ops.while_loop(
+             finished_flags, done, cache, coverage)
+    _, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, _, _, _ = ops.while_loop(
         cond, body, state)
     any_finished = ops.any(finished_flags, axis=1)
     sequences = ops.where(ops.reshape(any_finished, (B, 1, 1)), finished_seq, alive_seq)
@@ -120,4 +162,4 @@ def beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, m
     return sequences, scores
 
 
-__all__ = ["INF", "length_penalty", "beam_search"]
+__all__ = ["INF", "length_penalty", "coverage_score", "beam_search"]

@@ -377,3 +377,76 @@ __all__ = ["PAD_ID", "EOS_ID", "BucketPlan", "length_histogram", "worker_length_
            "synthetic_length_histogram", "to_model_inputs", "TrainPipeline", "SyntheticTextBatches",
            "padding_fraction", "eval_batches", "pad_eval_batch", "synthetic_eval_set", "load_eval_set", "open_vocabulary", "Vocabulary",
            "serialize_pair", "serialize_eval", "parse_pair", "parse_eval"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# GNMT (data_prep.wmt_gnmt): sentence-count buckets, <s>-started targets, BPE vocabulary
+
+def sentence_bucket_plan(batch_size: int, max_length: int, num_buckets: int = 5) -> BucketPlan:
+    """The GNMT reference's BucketingSampler buckets (mlcommons/training rnn_translator/pytorch/seq2seq/data/
+    sampler.py at 69dbe8b): width w = ceil(max_length / num_buckets), a pair goes to bucket
+    min(max(len(src) // w, len(tgt) // w), num_buckets - 1), every batch holds batch_size sentences. As a BucketPlan:
+    bucket b holds lengths up to (b + 1) * w - 1, the last up to max_length."""
+    width = -(-max_length // num_buckets)
+    lengths = tuple((b + 1) * width - 1 for b in range(num_buckets - 1)) + (int(max_length),)
+    return BucketPlan(lengths, (int(batch_size),) * num_buckets)
+
+
+class StartTokenTrainPipeline(TrainPipeline):
+    """TrainPipeline for records that hold <s> ... </s> on both sides (GNMT): the decoder reads targets[:-1] and
+    predicts targets[1:] (the reference's seq2seq/train/trainer.py), instead of a 0 shifted in front."""
+
+    def dataset(self, epoch: int):
+        return super().dataset(epoch).map(lambda x, t: ({"source": x["source"], "target_input": t[:, :-1]},
+                                                        t[:, 1:]))
+
+
+def load_eval_records(data_dir: str, manifest: dict):
+    """(source id arrays in test-set order, reference sentences, the vocabulary file) of a prepared dataset; the
+    records and reference reading of load_eval_set, without its sentencepiece model."""
+    import tensorflow as tf
+
+    by_split = {}
+    for f in manifest["files"]:
+        by_split.setdefault(f.get("split"), []).append(os.path.join(data_dir, f["name"]))
+    for split in ("eval", "reference", "vocab"):
+        if split not in by_split:
+            raise DataError(f"{os.path.join(data_dir, 'manifest.json')}: lists no {split} file")
+    records = []
+    for path in sorted(by_split["eval"]):
+        for index, ids in tf.data.TFRecordDataset(path).map(parse_eval).as_numpy_iterator():
+            records.append((int(index), ids.astype(np.int32)))
+    records.sort(key=lambda r: r[0])
+    with open(by_split["reference"][0], encoding="utf-8") as f:
+        references = f.read().split("\n")[:-1]
+    if len(references) != len(records) or [r[0] for r in records] != list(range(len(records))):
+        raise DataError(f"{by_split['reference'][0]}: {len(references)} reference lines for {len(records)} "
+                        f"eval records (prepare the data again)")
+    return [r[1] for r in records], references, by_split["vocab"][0]
+
+
+class BpeVocabulary:
+    """A subword-nmt vocabulary file (one token a line, ids by line): ids -> text as the GNMT reference's
+    Tokenizer.detokenize (join, remove the "@@ " separators, <pad>, <s> and </s>; <unk> stays) then Moses
+    detokenisation (sacremoses, for the reference's detokenizer.perl) for sacrebleu."""
+
+    def __init__(self, path: str, lang: str = "de", dropped=(0, 2, 3)):
+        with open(path, encoding="utf-8") as f:
+            self.tokens = [line.rstrip("\n") for line in f]
+        self.dropped = set(dropped)
+        from sacremoses import MosesDetokenizer
+
+        self.detokenizer = MosesDetokenizer(lang=lang)
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def subwords(self, ids) -> str:
+        words = " ".join(self.tokens[int(t)] for t in ids if int(t) not in self.dropped)
+        return words.replace("@@ ", "").replace("@@", "").strip()
+
+    def decode(self, ids) -> str:
+        return self.detokenizer.detokenize(self.subwords(ids).split())
+
+
+__all__ += ["sentence_bucket_plan", "StartTokenTrainPipeline", "load_eval_records", "BpeVocabulary"]

@@ -219,3 +219,57 @@ class DecoderLayer(keras.layers.Layer):
 
 __all__ = ["NEG_INF", "positional_encoding", "padding_mask", "causal_mask", "SharedEmbedding", "MultiHeadAttention",
            "FeedForward", "EncoderLayer", "DecoderLayer"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# GNMT: normalized Bahdanau (additive) attention
+
+class NormalizedBahdanauAttention(keras.layers.Layer):
+    """Additive attention with weight normalization, as the MLPerf GNMT reference's BahdanauAttention(normalize=True)
+    (mlcommons/training rnn_translator/pytorch/seq2seq/models/attention.py at 69dbe8b, the v0.6/v0.7 reference):
+
+        score(q, k_j) = (g * v / ||v||) . tanh(W_q q + W_k k_j + b)      weights = softmax_j(score), masked
+        context       = sum_j weights_j * keys_j                        (the encoder outputs, not W_k k_j)
+
+    W_q, W_k bias-free [units] projections and v initialised U(-init, init); g (a scalar) = 1 / sqrt(units); b = 0.
+    Padded source positions get the score -65504 (the reference's fill) before a float32 softmax.
+    The projected keys W_k k are computed once per sentence (`project_keys`), so decoding steps reuse them.
+    """
+
+    def __init__(self, units: int, init_range: float = 0.1, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        init = keras.initializers.RandomUniform(-init_range, init_range, seed=seed)
+        self.query_dense = keras.layers.Dense(units, use_bias=False, kernel_initializer=init, name="query")
+        self.key_dense = keras.layers.Dense(units, use_bias=False, kernel_initializer=init, name="key")
+        self._init = init
+
+    def build(self, query_shape, key_shape=None):
+        key_shape = query_shape if key_shape is None else key_shape
+        self.query_dense.build(query_shape)
+        self.key_dense.build(key_shape)
+        self.attention_vector = self.add_weight(shape=(self.units,), initializer=self._init, name="attention_vector")
+        self.scale = self.add_weight(shape=(), initializer=keras.initializers.Constant(1.0 / math.sqrt(self.units)),
+                                     name="scale")
+        self.energy_bias = self.add_weight(shape=(self.units,), initializer="zeros", name="energy_bias")
+        self.built = True
+
+    def project_keys(self, keys):
+        """W_k keys: [B, S, units]."""
+        return self.key_dense(keys)
+
+    def call(self, query, projected_keys, keys, mask):
+        """query [B, T, dq]; projected_keys [B, S, units]; keys [B, S, dk]; mask [B, S] bool (True = a real token).
+        Returns (context [B, T, dk], attention weights [B, T, S] float32)."""
+        q = self.query_dense(query)
+        energy = ops.tanh(ops.expand_dims(q, 2) + ops.expand_dims(projected_keys, 1)
+                          + ops.cast(self.energy_bias, q.dtype))
+        vector = self.attention_vector / ops.sqrt(ops.sum(ops.square(self.attention_vector))) * self.scale
+        scores = ops.cast(ops.matmul(energy, ops.cast(vector, energy.dtype)), "float32")   # [B, T, S]
+        scores = ops.where(ops.expand_dims(mask, 1), scores, -65504.0)
+        weights = ops.softmax(scores, axis=-1)
+        context = ops.matmul(ops.cast(weights, keys.dtype), keys)
+        return context, weights
+
+
+__all__ += ["NormalizedBahdanauAttention"]

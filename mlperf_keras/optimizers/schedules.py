@@ -65,3 +65,45 @@ class PolynomialWithWarmup(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return {"initial": self.initial, "warmup_steps": self.warmup_steps, "decay_steps": self.decay_steps,
                 "end": self.end, "power": self.power}
+
+
+class WarmupMultiStep(keras.optimizers.schedules.LearningRateSchedule):
+    """The GNMT reference's WarmupMultiStepLR (mlcommons/training rnn_translator/pytorch/seq2seq/train/
+    lr_scheduler.py at 69dbe8b), exponential warmup then `decay_steps` halvings:
+
+        e = step + 1   (the reference calls scheduler.step() before each optimizer.step(): update k uses e = k)
+        lr(e) = base * 0.01 ** ((warmup_steps - e) / warmup_steps)                      while e <= warmup_steps
+              = base * decay_factor ** min((e - remain_steps) // decay_interval + 1, decay_steps)
+                                                                                        once e >= remain_steps
+              = base                                                                    in between
+    `gnmt_schedule_steps` turns the reference's fractions (remain_steps 0.666 of all iterations, decay_interval
+    (iterations - remain_steps) // decay_steps) into these integers, which are also what the log reports.
+    """
+
+    def __init__(self, base: float, warmup_steps: int, remain_steps: int, decay_interval: int, decay_steps: int = 4,
+                 decay_factor: float = 0.5):
+        self.base, self.decay_factor = float(base), float(decay_factor)
+        self.remain_steps, self.decay_interval = int(remain_steps), max(1, int(decay_interval))
+        self.warmup_steps = min(int(warmup_steps), self.remain_steps)   # the reference caps warmup at remain_steps
+        self.decay_steps = int(decay_steps)
+
+    def __call__(self, step):
+        e = ops.cast(step, "float32") + 1.0
+        lr = ops.full((), self.base, "float32")
+        decays = ops.minimum(ops.floor((e - self.remain_steps) / self.decay_interval) + 1.0, float(self.decay_steps))
+        lr = ops.where(e >= self.remain_steps, self.base * ops.power(self.decay_factor, decays), lr)
+        if self.warmup_steps > 0:
+            warm = self.base * ops.power(0.01, (self.warmup_steps - e) / self.warmup_steps)
+            lr = ops.where(e <= self.warmup_steps, warm, lr)
+        return lr
+
+    def get_config(self):
+        return {"base": self.base, "warmup_steps": self.warmup_steps, "remain_steps": self.remain_steps,
+                "decay_interval": self.decay_interval, "decay_steps": self.decay_steps,
+                "decay_factor": self.decay_factor}
+
+
+def gnmt_schedule_steps(total_steps: int, remain_fraction: float = 0.666, decay_steps: int = 4) -> tuple[int, int]:
+    """(remain_steps, decay_interval) of the GNMT reference for `total_steps` iterations (perhaps_convert_float)."""
+    remain = int(remain_fraction * total_steps)
+    return remain, max(1, (total_steps - remain) // decay_steps)

@@ -1,0 +1,172 @@
+"""GNMT v2 (MLPerf's recurrent translator), in keras.layers / keras.ops only (TensorFlow and JAX backends).
+
+As the MLPerf reference, mlcommons/training rnn_translator/pytorch at commit 69dbe8b (the v0.6 reference, unchanged
+for v0.7): seq2seq/models/{gnmt,encoder,decoder,attention}.py and seq2seq/utils.py (init_lstm_):
+- one embedding of `vocab_size` x `hidden` shared by encoder and decoder;
+- encoder: a bidirectional LSTM (hidden per direction; it reads only each sentence's real tokens, the reference's
+  packed sequence, here a Keras mask), then `num_layers - 1` LSTMs (the first with 2 x hidden inputs) with residual
+  connections from the third layer on;
+- decoder: an LSTM over the embedded targets whose output is the query of a normalized Bahdanau attention over the
+  encoder outputs (layers/attention.py), then `num_layers - 1` LSTMs fed [previous output, attention context],
+  residual connections on all but the first of them; a classifier (Dense with bias) over the vocabulary;
+- dropout `dropout` on the input of every LSTM layer (the embeddings and the concatenations included), nowhere else;
+- every weight initialised U(-0.1, 0.1): embedding, LSTM kernels, classifier weight and bias, attention projections
+  and vector; attention scale g = 1/sqrt(hidden), its bias 0.
+
+Deliberate differences:
+- Keras' LSTM has one bias per gate where PyTorch's has two (bias_ih, initialised U(-0.1, 0.1), and bias_hh,
+  initialised 0, by init_lstm_); they only ever appear summed, so one bias initialised U(-0.1, 0.1) is the same
+  function and the same initial distribution with 4 x hidden fewer parameters per LSTM direction: 9 directions x
+  4,096 = 36,864 fewer at hidden 1024 (160,634,433 instead of the reference's 160,671,297 at vocabulary 32,320;
+  `parameter_count` derives both). Keras' forget-gate bias of 1 (unit_forget_bias) is turned off, as the reference.
+- The reference's padding embedding row (padding_idx) never receives a gradient; here it does, but padding
+  positions never reach a real output (masked in the bidirectional layer, in the attention and in the loss).
+- Random numbers: the framework's own. One keras.random.SeedGenerator per build feeds every initializer (each layer
+  its own draws), dropout layers get distinct seeds derived from the run's seed.
+
+Token ids as the reference (seq2seq/data/config.py): 0 <pad>, 1 <unk>, 2 <s> (BOS), 3 </s> (EOS). Sources and
+targets are stored as BOS + tokens + EOS; the decoder reads target[:-1] and predicts target[1:].
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+from keras import ops
+
+from mlperf_keras.layers.attention import NormalizedBahdanauAttention
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class GNMTOptions:
+    vocab_size: int = 32_320
+    hidden: int = 1024
+    num_layers: int = 4          # per side (the encoder's first is bidirectional)
+    dropout: float = 0.2
+    init_range: float = 0.1
+
+
+def parameter_count(options: GNMTOptions, biases_per_gate: int = 1) -> int:
+    """Trainable parameters; biases_per_gate=2 counts as PyTorch does (bias_ih + bias_hh per LSTM direction)."""
+    v, h, n = options.vocab_size, options.hidden, options.num_layers
+
+    def lstm(inputs):  # 4 gates x (input weights + recurrent weights + biases)
+        return 4 * h * (inputs + h) + biases_per_gate * 4 * h
+
+    embedding = v * h
+    encoder = 2 * lstm(h) + lstm(2 * h) + (n - 2) * lstm(h)
+    attention = 2 * h * h + h + 1 + h          # W_q, W_k, vector v, scale g, bias b
+    decoder = lstm(h) + attention + (n - 1) * lstm(2 * h) + (h * v + v)
+    return embedding + encoder + decoder
+
+
+class GNMT(keras.Model):
+    """call({"source": [B, S], "target_input": [B, T]}) -> logits [B, T, vocab]. Decoding: `beam_decoder`."""
+
+    def __init__(self, options: GNMTOptions = GNMTOptions(), seed: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.options = options
+        h, r = options.hidden, options.init_range
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        init = keras.initializers.RandomUniform(-r, r, seed=self.seed_generator)
+
+        def lstm(name, go_backwards=False):
+            return keras.layers.LSTM(h, return_sequences=True, go_backwards=go_backwards, kernel_initializer=init,
+                                     recurrent_initializer=init, bias_initializer=init, unit_forget_bias=False,
+                                     name=name)
+
+        self.embedding = keras.layers.Embedding(options.vocab_size, h, embeddings_initializer=init, name="embedding")
+        # The bidirectional layer as two LSTMs: keras.layers.Bidirectional rebuilds its forward layer from its
+        # config, which turns the seed generator into a fixed seed (the kernel and recurrent kernel came out equal).
+        self.encoder_forward = lstm("encoder_0_forward")
+        self.encoder_backward = lstm("encoder_0_backward", go_backwards=True)
+        self.encoder_layers = [lstm(f"encoder_{i}") for i in range(1, options.num_layers)]
+        self.decoder_layers = [lstm(f"decoder_{i}") for i in range(options.num_layers)]
+        self.attention = NormalizedBahdanauAttention(h, r, seed=self.seed_generator, name="attention")
+        self.classifier = keras.layers.Dense(options.vocab_size, kernel_initializer=init, bias_initializer=init,
+                                             name="classifier")
+        base = 0 if seed is None else int(seed)
+        self.encoder_dropouts = [keras.layers.Dropout(options.dropout, seed=(base + 101 + i) % 2**31)
+                                 for i in range(options.num_layers)]
+        self.decoder_dropouts = [keras.layers.Dropout(options.dropout, seed=(base + 201 + i) % 2**31)
+                                 for i in range(options.num_layers)]
+
+    def build(self, input_shape=None):
+        h = self.options.hidden
+        self.embedding.build((None, None))
+        self.encoder_forward.build((None, None, h))
+        self.encoder_backward.build((None, None, h))
+        self.encoder_layers[0].build((None, None, 2 * h))
+        for layer in self.encoder_layers[1:]:
+            layer.build((None, None, h))
+        self.decoder_layers[0].build((None, None, h))
+        for layer in self.decoder_layers[1:]:
+            layer.build((None, None, 2 * h))
+        self.attention.build((None, None, h), (None, None, h))
+        self.classifier.build((None, None, h))
+        self.built = True
+
+    # -- Training graph -------------------------------------------------------------------------------------------
+
+    def encode(self, source, training=False):
+        """source [B, S] -> (encoder outputs [B, S, hidden], mask [B, S] bool, True = a real token)."""
+        mask = ops.not_equal(source, PAD_ID)
+        x = self.encoder_dropouts[0](self.embedding(source), training=training)
+        backward = ops.flip(self.encoder_backward(x, mask=mask, training=training), axis=1)
+        x = ops.concatenate([self.encoder_forward(x, mask=mask, training=training), backward], axis=-1)
+        x = self.encoder_layers[0](self.encoder_dropouts[1](x, training=training), training=training)
+        for i, layer in enumerate(self.encoder_layers[1:], start=2):
+            x = x + layer(self.encoder_dropouts[i](x, training=training), training=training)
+        return x, mask
+
+    def decode(self, target_input, memory, mask, training=False):
+        x = self.decoder_dropouts[0](self.embedding(target_input), training=training)
+        x = self.decoder_layers[0](x, training=training)
+        context, _ = self.attention(x, self.attention.project_keys(memory), memory, mask)
+        x = self.decoder_layers[1](self.decoder_dropouts[1](ops.concatenate([x, context], -1), training=training),
+                                   training=training)
+        for i, layer in enumerate(self.decoder_layers[2:], start=2):
+            y = self.decoder_dropouts[i](ops.concatenate([x, context], -1), training=training)
+            x = x + layer(y, training=training)
+        return self.classifier(x)
+
+    def call(self, inputs, training=False):
+        memory, mask = self.encode(inputs["source"], training=training)
+        return self.decode(inputs["target_input"], memory, mask, training=training)
+
+    # -- Incremental decoding (mlperf_keras.decoding) -------------------------------------------------------------
+
+    def beam_decoder(self, source, beam_size: int):
+        """(step, state) for decoding.beam_search: the encoder runs once, its outputs are repeated per beam;
+        step(ids [B*K], position, state) -> (logits [B*K, V], attention weights [B*K, S] float32, state), with
+        state the (h, c) of every decoder LSTM, row b*K + k for beam k of sentence b."""
+        memory, mask = self.encode(source, training=False)
+        memory = ops.repeat(memory, beam_size, axis=0)
+        mask = ops.repeat(mask, beam_size, axis=0)
+        keys = self.attention.project_keys(memory)
+        rows = int(source.shape[0]) * beam_size
+        zeros = ops.zeros((rows, self.options.hidden), self.embedding.compute_dtype)
+        state = [[zeros, zeros] for _ in self.decoder_layers]
+
+        def step(ids, position, state):
+            del position
+            x = self.embedding(ids)
+            new_state = []
+            x, s = self.decoder_layers[0].cell(x, state[0], training=False)
+            new_state.append(list(s))
+            context, weights = self.attention(ops.expand_dims(x, 1), keys, memory, mask)
+            context = context[:, 0]
+            x, s = self.decoder_layers[1].cell(ops.concatenate([x, context], -1), state[1], training=False)
+            new_state.append(list(s))
+            for layer, layer_state in zip(self.decoder_layers[2:], state[2:]):
+                y, s = layer.cell(ops.concatenate([x, context], -1), layer_state, training=False)
+                new_state.append(list(s))
+                x = x + y
+            return self.classifier(x), weights[:, 0], new_state
+
+        return step, state
+
+
+__all__ = ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "GNMTOptions", "GNMT", "parameter_count"]

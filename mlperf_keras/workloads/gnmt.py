@@ -1,0 +1,327 @@
+"""GNMT on WMT16 En-De, uncased BLEU on newstest2014 (MLPerf translation, recurrent).
+
+As the MLPerf reference, mlcommons/training rnn_translator/pytorch at commit 69dbe8b (the v0.6 reference, also
+v0.7's): train.py defaults, seq2seq/train/{trainer,lr_scheduler,smoothing,fp_optimizers}.py,
+seq2seq/data/sampler.py, seq2seq/inference/beam_search.py.
+- Model: layers/gnmt.py (4 + 4 LSTM layers of 1024, normalized Bahdanau attention, dropout 0.2, U(-0.1, 0.1)).
+- Loss: label smoothing 0.1 as smoothing.py, (1 - 0.1) * NLL + 0.1 * mean over the vocabulary of -log p, summed
+  over the real target tokens and divided by the batch's sentences (trainer.py: loss /= B).
+- Adam, lr 1e-3 at 128 sentences per worker (PyTorch's betas 0.9/0.999, eps 1e-8); gradients clipped to global
+  norm 5 (clip_grad_norm_, here Adam's global_clipnorm, applied to the averaged gradients as the reference);
+  WarmupMultiStepLR (optimizers/schedules.py): exponential warmup over 200 steps from 0.01 x lr, then 4 halvings
+  starting at 0.666 of the iterations of `schedule_epochs` (the reference's --epochs 8) epochs.
+- Batches: `batch_size` sentences per worker from 5 length buckets (sampler.py's BucketingSampler, bucket width
+  ceil(50 / 5)); training pairs up to 50 tokens with <s> and </s> (prepared by data_prep.wmt_gnmt).
+- Evaluation every epoch over all 3,003 newstest2014 sentences: beam 5, length normalisation ((5 + len) / 6)^0.6
+  with len counting <s> as the reference, coverage penalty 0.1, at most 150 positions (<s> included, so 149 generated
+  tokens); BPE removed, Moses-detokenised (sacremoses), uncased sacrebleu with tokenize="intl" against the raw
+  references, merged exactly across workers (metrics/bleu.py).
+- Throughput: source + target tokens per second (the trainer's "Tok/s": src tokens with <s>/</s>, target tokens
+  without <s>), counted per epoch over the real tokens of every batch.
+
+Differences:
+- Every training pair is seen once per epoch: the reference's sampler drops each bucket's remainder modulo the
+  global batch; here the last batch of a bucket is partly empty (empty rows weigh nothing, the loss divides by the
+  real sentences). Shuffling is a seeded buffer over shuffled shards (inputs/text.py), not a full permutation per
+  bucket; batches are padded to their bucket's length (fixed shapes, few compiles).
+- Keras' Adam puts epsilon outside the bias correction of the second moment (PyTorch inside); at eps 1e-8 the
+  difference is negligible.
+- The beam search scores finished hypotheses as they finish (decoding/beam_search.py says how this differs).
+
+Inputs of a training step: x = {"source": [B, S], "target_input": [B, T]}, y = [B, T]; ids 0 <pad>, 1 <unk>,
+2 <s>, 3 </s>.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from mlperf_keras.inputs import text
+from mlperf_keras.inputs.manifest import worker_shards
+from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+
+# WMT16 En-De as the reference prepares it (3,498,161 training pairs at max length 50; vocabulary 32,320 in
+# NVIDIA's logs), for --dry_run and --synthetic without a prepared dataset.
+WMT16 = {"vocab_size": 32_320, "train_pairs": 3_498_161, "eval_sentences": 3_003}
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+def smoothed_loss(targets, logits, smoothing: float):
+    """The reference's LabelSmoothing summed over non-padding targets, divided by the sentences (non-empty rows)."""
+    from keras import ops
+
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    targets = ops.cast(targets, "int32")
+    nll = -ops.squeeze(ops.take_along_axis(log_probs, ops.expand_dims(targets, -1), axis=-1), -1)
+    smooth = -ops.mean(log_probs, axis=-1)
+    weights = ops.cast(ops.not_equal(targets, PAD_ID), "float32")
+    total = ops.sum(((1.0 - smoothing) * nll + smoothing * smooth) * weights)
+    sentences = ops.sum(ops.cast(ops.greater(ops.sum(weights, axis=1), 0.0), "float32"))
+    return total / ops.maximum(sentences, 1.0)
+
+
+class GNMT(Workload):
+    name = "gnmt"
+    metric_name = "BLEU"
+    throughput_unit = "tokens"          # source + target tokens, the reference's and NVIDIA's Tok/s
+    train_flops_per_sample = 765e6 / 2  # ~765 MFLOP per target token (MLPERF.md); about half per counted token
+    dataset_name = "wmt16-en-de"
+    prepare_command = "python -m data_prep.wmt --workload=gnmt --raw_dir=RAW --output_dir=DATA"
+    default_max_epochs = 10
+    demo_target = 60.0
+    # The demo: the full structure at width 64 on 6,000 generated pairs (data_prep.wmt_gnmt.write_demo_raw); BLEU
+    # passed 80 after 6 epochs of 97 steps in a trial run on 2 loaded CPU cores (about 10 s per epoch once traced).
+    demo_hparams = {"hidden": 64, "num_layers": 4, "dropout": 0.0, "batch_size": 64, "learning_rate": 5e-3,
+                    "warmup_steps": 20, "schedule_epochs": 12, "max_length": 20, "beam_size": 3,
+                    "max_decode_length": 24, "eval_batch_size": 200, "shuffle_buffer": 4096}
+
+    def reference_hparams(self, ruleset):
+        return {
+            "hidden": 1024,
+            "num_layers": 4,
+            "dropout": 0.2,
+            "init_range": 0.1,
+            "label_smoothing": 0.1,
+            "learning_rate": 1e-3,        # at 128 sentences per worker (NVIDIA's submissions: 2e-3 at 256 x 8)
+            "beta_1": 0.9,
+            "beta_2": 0.999,
+            "epsilon": 1e-8,
+            "grad_clip": 5.0,
+            "warmup_steps": 200,
+            "remain_fraction": 0.666,     # decay starts at this fraction of all iterations
+            "decay_steps": 4,
+            "decay_factor": 0.5,
+            "schedule_epochs": 8,         # the reference's --epochs: the iterations its schedule spans
+            "batch_size": 128,            # sentences per worker
+            "max_length": 50,             # tokens with <s> and </s>; longer pairs are discarded (75 allowed)
+            "num_buckets": 5,
+            "shuffle_buffer": 100_000,
+            "beam_size": 5,
+            "alpha": 0.6,                 # length normalisation ((5 + len) / 6) ** alpha
+            "coverage_penalty": 0.1,
+            "max_decode_length": 150,     # positions with <s>, as the reference's --max-length-test
+            "eval_batch_size": 128,       # the reference's --test-batch-size
+            "eval_boundary_scale": 1.5,   # eval sources padded to 8 * 1.5^k (few compiled shapes)
+            **WMT16,
+        }
+
+    _manifest = None  # the prepared data's manifest, kept by dataset_hparams for the logged schedule steps
+
+    def dataset_hparams(self, manifest):
+        self._manifest = manifest
+        if manifest is None:
+            return {}
+        counts = manifest["counts"]
+        return {"vocab_size": counts["vocab_size"], "train_pairs": counts["train_pairs"],
+                "eval_sentences": counts["eval_sentences"], "max_length": counts["max_length"]}
+
+    def default_global_batch(self, hparams, num_workers, per_worker_preset):
+        return (per_worker_preset or hparams["batch_size"]) * num_workers
+
+    def check(self, config, manifest):
+        from mlperf_keras.config import ConfigError
+
+        hp = config.hparams
+        if manifest is not None and hp["max_length"] > manifest["counts"]["max_length"]:
+            raise ConfigError(f"--hparams max_length={hp['max_length']} exceeds the prepared data's "
+                              f"{manifest['counts']['max_length']}; prepare again with --max_length")
+        if not 0.0 <= hp["dropout"] < 1.0 or not 0.0 <= hp["label_smoothing"] < 1.0:
+            raise ConfigError("--hparams dropout and label_smoothing must lie in [0, 1)")
+        if hp["max_decode_length"] < 2 or hp["beam_size"] < 1:
+            raise ConfigError("--hparams max_decode_length must be at least 2 and beam_size at least 1")
+        self._manifest = manifest
+
+    # -- Model ----------------------------------------------------------------------------------------------------
+
+    def build_model(self, config):
+        from mlperf_keras.layers import gnmt
+
+        hp = config.hparams
+        options = gnmt.GNMTOptions(vocab_size=hp["vocab_size"], hidden=hp["hidden"], num_layers=hp["num_layers"],
+                                   dropout=hp["dropout"], init_range=hp["init_range"])
+        model = gnmt.GNMT(options, seed=config.seed, name="gnmt")
+        model.build()
+        self.label_smoothing = hp["label_smoothing"]
+        self.model = model  # the evaluator decodes with the model the loop trains
+        return model
+
+    def schedule_steps(self, config, steps_per_epoch: int) -> dict:
+        """The scheduler's integers, as the reference derives them from its iterations (and logs them)."""
+        from mlperf_keras.optimizers.schedules import gnmt_schedule_steps
+
+        hp = config.hparams
+        total = steps_per_epoch * hp["schedule_epochs"]
+        remain, interval = gnmt_schedule_steps(total, hp["remain_fraction"], hp["decay_steps"])
+        return {"total": total, "warmup": min(hp["warmup_steps"], remain), "remain": remain, "interval": interval}
+
+    def build_optimizer(self, config, steps_per_epoch):
+        import keras
+
+        from mlperf_keras.optimizers.schedules import WarmupMultiStep
+
+        hp = config.hparams
+        s = self.schedule_steps(config, steps_per_epoch)
+        schedule = WarmupMultiStep(hp["learning_rate"], s["warmup"], s["remain"], s["interval"], hp["decay_steps"],
+                                   hp["decay_factor"])
+        return keras.optimizers.Adam(learning_rate=schedule, beta_1=hp["beta_1"], beta_2=hp["beta_2"],
+                                     epsilon=hp["epsilon"], global_clipnorm=hp["grad_clip"])
+
+    label_smoothing = 0.1  # set from the run's config by build_model (loss() has the contract's signature)
+
+    def loss(self, y_true, y_pred):
+        return smoothed_loss(y_true, y_pred, self.label_smoothing)
+
+    # -- Data -----------------------------------------------------------------------------------------------------
+
+    def bucket_plan(self, config) -> text.BucketPlan:
+        hp = config.hparams
+        return text.sentence_bucket_plan(config.per_worker_batch_size, hp["max_length"], hp["num_buckets"])
+
+    def samples_in_batch(self, batch, config):
+        """Real source + target tokens (the reference's Tok/s: source with <s>/</s>, target without <s>)."""
+        x, y = batch
+        return int(np.count_nonzero(np.asarray(x["source"])) + np.count_nonzero(np.asarray(y)))
+
+    def steps_per_epoch(self, config, manifest):
+        plan = self.bucket_plan(config)
+        if manifest is None:
+            histogram = text.synthetic_length_histogram(config.hparams["train_pairs"] // config.num_workers,
+                                                        config.hparams["max_length"])
+            return plan.steps(histogram)
+        return min(plan.steps(text.worker_length_histogram(manifest, r, config.num_workers))
+                   for r in range(config.num_workers))
+
+    def train_data(self, config, dist, manifest):
+        plan = self.bucket_plan(config)
+        steps = self.steps_per_epoch(config, manifest)
+        files = [os.path.join(config.data_dir, f["name"])
+                 for f in worker_shards(manifest, "train", dist.rank, dist.world_size)]
+        pipeline = text.StartTokenTrainPipeline(files, plan, config.hparams["max_length"], steps,
+                                                config.hparams["shuffle_buffer"], config.seed, dist.rank,
+                                                as_numpy=config.backend != "tensorflow")
+        return _CountingTrainData(pipeline, steps, manifest["counts"]["train_pairs"], self, config, dist)
+
+    def synthetic_train_data(self, config, dist):
+        hp = config.hparams
+        plan = self.bucket_plan(config)
+        steps = self.steps_per_epoch(config, None)
+        source = text.SyntheticTextBatches(plan, hp["vocab_size"], hp["max_length"],
+                                           hp["train_pairs"] // config.num_workers, steps, config.seed + dist.rank)
+        return _CountingTrainData(source, steps, hp["train_pairs"], self, config, dist)
+
+    def evaluator(self, config, dist, manifest):
+        hp = config.hparams
+        if manifest is None:
+            sources, references, detokenize = text.synthetic_eval_set(hp["eval_sentences"], hp["vocab_size"],
+                                                                      min(hp["max_length"], 64), config.seed)
+            total = len(sources)
+        else:
+            sources, references, vocab_path = text.load_eval_records(config.data_dir, manifest)
+            detokenize = text.BpeVocabulary(vocab_path).decode
+            total = manifest["counts"]["eval_sentences"]
+        mine = np.arange(len(sources)) % dist.world_size == dist.rank
+        return GNMTBleuEvaluator(self.model, config, dist, [s for s, m in zip(sources, mine) if m],
+                                 [r for r, m in zip(references, mine) if m], detokenize, total)
+
+    # -- MLLOG ----------------------------------------------------------------------------------------------------
+
+    def mllog_hparams(self, config):
+        """closed_gnmt.yaml of ruleset 0.7.0 (global_batch_size is logged by the loop), plus Adam's settings."""
+        hp = config.hparams
+        s = self.schedule_steps(config, self.steps_per_epoch(config, self._manifest))
+        return {"opt_name": "adam", "opt_base_learning_rate": hp["learning_rate"],
+                "opt_adam_beta_1": hp["beta_1"], "opt_adam_beta_2": hp["beta_2"], "opt_adam_epsilon": hp["epsilon"],
+                "opt_learning_rate_alt_decay_func": True, "opt_learning_rate_alt_warmup_func": True,
+                "opt_learning_rate_decay_factor": hp["decay_factor"],
+                "opt_learning_rate_decay_interval": s["interval"], "opt_learning_rate_decay_steps": hp["decay_steps"],
+                "opt_learning_rate_remain_steps": s["remain"], "opt_learning_rate_warmup_steps": s["warmup"],
+                "max_sequence_length": hp["max_length"]}
+
+    def mllog_hparam_metadata(self, config):
+        return {"max_sequence_length": {"method": "discard"}}
+
+    def mllog_accuracy(self, metric, config):
+        """BLEU is logged out of 100 in v0.5/v0.6 and as a fraction from v0.7 on."""
+        return metric if config.ruleset in ("0.5", "0.6") else metric / 100.0
+
+    def describe(self, config):
+        from mlperf_keras.layers import gnmt
+
+        hp = config.hparams
+        options = gnmt.GNMTOptions(vocab_size=hp["vocab_size"], hidden=hp["hidden"], num_layers=hp["num_layers"])
+        return [f"parameters with PyTorch's two LSTM biases (the reference's count): "
+                f"{gnmt.parameter_count(options, biases_per_gate=2)}"]
+
+    # -- Demo -----------------------------------------------------------------------------------------------------
+
+    def write_demo_raw(self, raw_dir, log):
+        from data_prep import wmt_gnmt
+
+        log(f"demo: generating a small WMT16-format corpus (German = English words translated word by word) under "
+            f"{raw_dir}")
+        wmt_gnmt.write_demo_raw(raw_dir, num_pairs=6_000, num_test=200, seed=2016)
+
+    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
+        from data_prep import wmt_gnmt
+
+        wmt_gnmt.prepare(raw_dir, prepared_dir, merges=40, max_length=20, num_shards=4, threads=1, overwrite=True,
+                         log=log)
+
+
+class _CountingTrainData(TrainData):
+    """The batches of one epoch, counting their real tokens (samples_in_batch) for the epoch's tokens/s."""
+
+    def __init__(self, source, steps, samples, workload, config, dist):
+        self.source, self.steps_per_epoch, self.samples_per_epoch = source, steps, samples
+        self.workload, self.config, self.dist = workload, config, dist
+        self._tokens = 0
+
+    def batches(self, epoch):
+        self._tokens = 0
+        for batch in self.source.batches(epoch):
+            self._tokens += self.workload.samples_in_batch(batch, self.config)
+            yield batch
+
+    def epoch_samples(self) -> int:
+        """Tokens of the epoch just run, all workers together (the loop's throughput numerator)."""
+        return int(self.dist.sum_across_workers([self._tokens])[0])
+
+
+class GNMTBleuEvaluator(Evaluator):
+    """Beam-search this worker's share of the test set (coverage penalty, GNMT length normalisation), detokenise,
+    and merge sacrebleu statistics exactly (the same shape as the Transformer's evaluator)."""
+
+    def __init__(self, model, config, dist, sources, references, detokenize, total):
+        hp = config.hparams
+        self.model, self.dist, self.detokenize = model, dist, detokenize
+        self.sources, self.references, self.num_samples = sources, references, total
+        self.batches = text.eval_batches([len(s) for s in sources], hp["eval_batch_size"], 8,
+                                         hp["eval_boundary_scale"])
+        self.settings = dict(beam_size=hp["beam_size"], alpha=hp["alpha"], extra_length=0, eos_id=EOS_ID,
+                             jit_compile=config.jit_compile, max_length=hp["max_decode_length"] - 1,
+                             coverage_penalty=hp["coverage_penalty"], length_offset=1, start_id=BOS_ID)
+        self._translator = None
+        self.last_hypotheses: list[str] = []
+
+    def translate(self) -> list[str]:
+        from mlperf_keras.decoding import Translator
+
+        if self._translator is None:
+            self._translator = Translator(self.model, **self.settings)
+        hypotheses = [""] * len(self.sources)
+        for rows, length in self.batches:
+            batch = text.pad_eval_batch([self.sources[r] for r in rows if r >= 0], len(rows), length)
+            decoded = self._translator(batch)
+            for row, ids in zip(rows, decoded):
+                if row >= 0:
+                    ids = list(np.asarray(ids))
+                    hypotheses[row] = self.detokenize(ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids)
+        return hypotheses
+
+    def evaluate(self, predict):
+        from mlperf_keras.metrics.bleu import merged_bleu
+
+        del predict  # BLEU needs beam search, which this evaluator compiles from the model itself
+        self.last_hypotheses = self.translate()
+        return merged_bleu(self.last_hypotheses, self.references, self.dist)

@@ -1,0 +1,212 @@
+"""The GNMT workload: schedule and loss against NumPy ports of the reference, the reference's buckets, data_prep on a
+WMT16-format corpus, the BLEU detokenisation, and a short run's MLLOG log against the official 0.7.0 checker."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import types
+
+import numpy as np
+import pytest
+from mlperf_logging.compliance_checker import mlp_compliance
+
+from mlperf_keras.inputs import text
+from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.workloads.gnmt import GNMT, smoothed_loss
+from tests.conftest import train_values
+
+TINY = "hidden=16,num_layers=2,batch_size=128,max_decode_length=12,eval_batch_size=200,beam_size=2,shuffle_buffer=512"
+
+
+def reference_lr(base, iterations, last_epoch, warmup_steps=200, remain_steps=0.666, decay_steps=4, factor=0.5):
+    """NumPy port of WarmupMultiStepLR.get_lr (seq2seq/train/lr_scheduler.py at 69dbe8b)."""
+    remain = int(remain_steps * iterations)
+    interval = max((iterations - remain) // decay_steps, 1)
+    warmup = min(warmup_steps, remain)
+    if last_epoch <= warmup:
+        return base * math.exp(math.log(0.01) / warmup) ** (warmup - last_epoch)
+    if last_epoch >= remain:
+        return base * factor ** min((last_epoch - remain) // interval + 1, decay_steps)
+    return base
+
+
+@pytest.mark.parametrize("total", [3000, 601])
+def test_schedule_is_the_references_warmup_multistep(total):
+    from mlperf_keras.optimizers.schedules import WarmupMultiStep, gnmt_schedule_steps
+
+    remain, interval = gnmt_schedule_steps(total)
+    schedule = WarmupMultiStep(1e-3, 200, remain, interval)
+    # The reference steps its scheduler before each optimizer step: update k (our step k - 1) uses last_epoch = k.
+    for step in [0, 1, 99, 198, 199, 200, 1000, remain - 2, remain - 1, remain, remain + interval - 1,
+                 remain + interval, remain + 3 * interval, total - 1, total + 500]:
+        assert float(schedule(step)) == pytest.approx(reference_lr(1e-3, total, step + 1), rel=1e-5), step
+    assert float(schedule(0)) == pytest.approx(1e-3 * 0.01 ** (199 / 200), rel=1e-5)
+    assert float(schedule(total + 500)) == pytest.approx(1e-3 / 16)
+
+
+def test_loss_is_the_references_label_smoothing_per_sentence():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 4, 7)).astype(np.float32)
+    targets = np.array([[4, 5, 3, 0], [6, 3, 0, 0], [0, 0, 0, 0]], np.int32)  # third row: an empty (padding) row
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    total = 0.0
+    for b in range(3):
+        for t in range(4):
+            if targets[b, t]:
+                total += 0.9 * -log_probs[b, t, targets[b, t]] + 0.1 * -log_probs[b, t].mean()
+    assert float(smoothed_loss(targets, logits, 0.1)) == pytest.approx(total / 2, rel=1e-5)
+
+
+def test_buckets_are_the_reference_samplers():
+    plan = text.sentence_bucket_plan(128, 50, 5)
+    assert plan.lengths == (9, 19, 29, 39, 50) and plan.batch_sizes == (128,) * 5
+    for src in range(1, 51):
+        for tgt in range(1, 51):
+            reference = min(max(src // 10, tgt // 10), 4)   # BucketingSampler, bucket width (50 + 4) // 5
+            assert plan.bucket_of(max(src, tgt)) == reference, (src, tgt)
+
+
+# -- data_prep ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gnmt_data(tmp_path_factory):
+    from data_prep import wmt_gnmt
+
+    root = tmp_path_factory.mktemp("gnmt_data")
+    wmt_gnmt.write_demo_raw(str(root / "raw"), num_pairs=3000, num_test=100, seed=3)
+    # One long pair (discarded at max length 20) and one non-latin-1 pair (filtered) in the europarl files.
+    directory = root / "raw" / "training-parallel-europarl-v7" / "training"
+    with open(directory / "europarl-v7.de-en.en", "a", encoding="utf-8") as f:
+        f.write(" ".join(["ka"] * 30) + ".\n" + "ka ★ lo.\n")
+    with open(directory / "europarl-v7.de-en.de", "a", encoding="utf-8") as f:
+        f.write(" ".join(["kaen"] * 30) + ".\n" + "loen kaen.\n")
+    manifest = wmt_gnmt.prepare(str(root / "raw"), str(root / "prepared"), merges=40, max_length=20, num_shards=4,
+                                threads=1, log=lambda _: None)
+    return str(root / "prepared"), manifest
+
+
+def test_prepared_counts_vocabulary_and_records(gnmt_data):
+    import tensorflow as tf
+
+    data_dir, manifest = gnmt_data
+    counts = manifest["counts"]
+    assert counts["raw_pairs"] == 3002 and counts["dropped_latin1"] == 1 and counts["dropped_long"] == 1
+    assert counts["train_pairs"] == 3000 and counts["eval_sentences"] == 100
+    vocab = open(os.path.join(data_dir, "vocab.bpe.40"), encoding="utf-8").read().split("\n")[:-1]
+    assert vocab[:4] == ["<pad>", "<unk>", "<s>", "<\\s>"] and len(vocab) % 8 == 0 == counts["vocab_size"] % 8
+    files = [os.path.join(data_dir, f["name"]) for f in manifest["files"] if f["split"] == "train"]
+    pairs = list(tf.data.TFRecordDataset(files).map(text.parse_pair).as_numpy_iterator())
+    assert len(pairs) == 3000
+    for source, target in pairs[:200]:
+        for ids in (source, target):
+            assert ids[0] == 2 and ids[-1] == 3 and 3 <= len(ids) <= 20 and (ids[1:-1] > 3).all()
+    histogram = np.sum([f["lengths"] for f in manifest["files"] if f["split"] == "train"], axis=0)
+    assert histogram.sum() == 3000
+
+
+def test_eval_set_decodes_back_to_the_tokenised_test_source(gnmt_data):
+    data_dir, manifest = gnmt_data
+    sources, references, vocab_path = text.load_eval_records(data_dir, manifest)
+    assert len(sources) == len(references) == 100
+    vocabulary = text.BpeVocabulary(vocab_path, lang="en")
+    raw = [line.split(">", 1)[1].rsplit("</seg>", 1)[0] for line in open(
+        os.path.join(os.path.dirname(data_dir), "raw", "dev", "dev", "newstest2014-deen-src.en.sgm"))
+        if line.startswith("<seg")]
+    assert [vocabulary.decode(s) for s in sources] == raw  # BPE removed, Moses-detokenised: the raw text again
+
+
+def test_bpe_vocabulary_removes_separators_and_detokenises(tmp_path):
+    path = tmp_path / "vocab"
+    path.write_text("<pad>\n<unk>\n<s>\n<\\s>\nHal@@\nlo\n,\nWelt\n&quot;\n")
+    vocabulary = text.BpeVocabulary(str(path))
+    assert vocabulary.decode([2, 8, 4, 5, 6, 7, 8, 3, 0]) == '"Hallo, Welt"'
+    assert vocabulary.decode([4, 5, 1]) == "Hallo <unk>"
+
+
+def test_missing_and_misaligned_files_are_one_line_errors(tmp_path):
+    from data_prep import wmt_gnmt
+
+    raw = tmp_path / "raw"
+    wmt_gnmt.write_demo_raw(str(raw), num_pairs=30, num_test=5)
+    os.remove(raw / "training-parallel-nc-v11" / "training" / "news-commentary-v11.de-en.de")
+    with pytest.raises(DataError, match="news-commentary-v11.de-en.de not found"):
+        wmt_gnmt.prepare(str(raw), str(tmp_path / "out"), merges=10, threads=1, log=lambda _: None)
+    wmt_gnmt.write_demo_raw(str(raw), num_pairs=30, num_test=5)
+    with open(raw / "training-parallel-commoncrawl" / "commoncrawl.de-en.en", "a") as f:
+        f.write("one more line.\n")
+    with pytest.raises(DataError, match="not aligned"):
+        wmt_gnmt.prepare(str(raw), str(tmp_path / "out"), merges=10, threads=1, log=lambda _: None)
+    assert not os.path.exists(tmp_path / "out" / "manifest.json")
+
+
+# -- a short run ---------------------------------------------------------------------------------------------------
+
+def test_short_run_log_fails_the_official_checker_only_on_the_quality_target(gnmt_data, tmp_path):
+    from mlperf_keras import distribute, loop
+    from mlperf_keras import train as train_cli
+
+    data_dir, manifest = gnmt_data
+    values = train_values(model="gnmt", data_dir=data_dir, output_dir=str(tmp_path), seed=5, ruleset="0.7",
+                          max_epochs=1, jit_compile=False, hparams=TINY + ",max_length=20")
+    dist = distribute.create("tensorflow")
+    workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
+    workload.check(config, manifest)
+    result = loop.run(config, workload, dist, manifest)
+    assert result.status == "aborted" and result.quality < 24.0
+    events = [json.loads(line[len(":::MLLOG "):]) for line in open(result.log_path)]
+    by_key = {e["key"]: e for e in events}
+    steps = workload.steps_per_epoch(config, manifest)
+    histogram = np.sum([f["lengths"] for f in manifest["files"] if f["split"] == "train"], axis=0)
+    per_bucket = np.bincount(np.minimum(np.arange(len(histogram)) // 4, 4), weights=histogram, minlength=5)
+    assert steps == int(np.ceil(per_bucket / 128).sum())  # every pair once: a partly empty last batch per bucket
+    total = steps * 8
+    assert by_key["opt_learning_rate_remain_steps"]["value"] == int(0.666 * total)
+    assert by_key["opt_learning_rate_decay_interval"]["value"] == (total - int(0.666 * total)) // 4
+    assert by_key["max_sequence_length"]["metadata"]["method"] == "discard"
+    assert by_key["eval_accuracy"]["value"] == pytest.approx(result.quality / 100)  # a fraction from v0.7
+    assert by_key["train_samples"]["value"] == 3000 and by_key["eval_samples"]["value"] == 100
+    # tokens/s: the epoch's real source + target tokens over its seconds
+    assert by_key["tracked_stats"]["value"]["throughput"] > 128 * steps / 3600
+
+    checker = mlp_compliance.make_checker("training", "0.7.0", quiet=False, werror=True)
+    valid, *_ = mlp_compliance.main(result.log_path, "training_0.7.0/common.yaml", checker)
+    messages = [*checker.warnings.values(), *checker.overwritable.values(), *checker.not_overwritable]
+    assert not valid
+    assert messages == ["Failed checks for eval_accuracy : v['value'] >= 0.240 and v['value'] < 1"], messages
+    passing = tmp_path / "passing.log"
+    logged = f'"key": "eval_accuracy", "value": {by_key["eval_accuracy"]["value"]}'
+    passing.write_text(open(result.log_path).read().replace(logged, '"key": "eval_accuracy", "value": 0.25'))
+    checker = mlp_compliance.make_checker("training", "0.7.0", quiet=False, werror=True)
+    assert mlp_compliance.main(str(passing), "training_0.7.0/common.yaml", checker)[0]
+
+
+def test_dry_run_prints_the_parameter_count(capsys):
+    from mlperf_keras import distribute
+    from mlperf_keras import train as train_cli
+    from mlperf_keras.layers import gnmt
+
+    values = train_values(model="gnmt", dry_run=True, seed=1, hparams="hidden=16,vocab_size=40")
+    workload, manifest, config = train_cli.resolve(values, distribute.create("tensorflow"), say=lambda _: None)
+    train_cli.dry_run(config, workload, manifest)
+    out = capsys.readouterr().out
+    options = gnmt.GNMTOptions(vocab_size=40, hidden=16)
+    assert f"parameters: {gnmt.parameter_count(options)}\n" in out
+    assert f"(the reference's count): {gnmt.parameter_count(options, 2)}" in out
+    assert GNMT().reference_hparams("0.7")["vocab_size"] == 32_320
+
+
+@pytest.mark.slow  # about 3-5 minutes on 2 CPU cores: data generation and preparation, tracing, ~6 epochs
+def test_demo_reaches_its_target(tmp_path):
+    """`python -m mlperf_keras.train --model=gnmt` without --data_dir: generated WMT16-format data, prepared by
+    data_prep.wmt_gnmt, a width-64 GNMT trained until BLEU >= the demo target."""
+    from mlperf_keras import distribute, loop
+    from mlperf_keras import train as train_cli
+
+    values = train_values(model="gnmt", output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"), seed=1,
+                          jit_compile=False)
+    dist = distribute.create("tensorflow")
+    workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
+    assert config.demo and config.quality_target == workload.demo_target == 60.0
+    result = loop.run(config, workload, dist, manifest)
+    assert result.status == "success" and result.quality >= 60.0, result

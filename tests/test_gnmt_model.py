@@ -1,0 +1,153 @@
+"""GNMT: parameter count derived against the reference's, shapes, masking, gradients to every layer, init, and the
+cached decode step against the full forward, on TensorFlow and (in a subprocess) JAX."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from mlperf_keras.layers import gnmt
+from tests.conftest import ROOT
+
+SMALL = gnmt.GNMTOptions(vocab_size=40, hidden=16, num_layers=4, dropout=0.2)
+
+
+def count(variables):
+    return sum(int(np.prod(v.shape)) for v in variables)
+
+
+def small_batch():
+    source = np.array([[2, 5, 6, 7, 3, 0], [2, 8, 3, 0, 0, 0]], np.int32)
+    target_input = np.array([[2, 5, 6, 7], [2, 9, 0, 0]], np.int32)
+    return {"source": source, "target_input": target_input}
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    model = gnmt.GNMT(SMALL, seed=1)
+    model.build()
+    return model
+
+
+def test_parameter_count_maps_to_the_references():
+    # Reference size: vocabulary V = 32,320, hidden H = 1024; an LSTM direction with I inputs has 4H(I + H) weights
+    # and, in Keras, 4H biases (PyTorch: 2 x 4H, bias_ih + bias_hh).
+    #   embedding (shared)                     V*H             = 33,095,680
+    #   encoder 0, bidirectional, I = H         2 x 8,392,704   = 16,785,408
+    #   encoder 1, I = 2H                                       = 12,587,008
+    #   encoder 2-3, I = H                      2 x 8,392,704   = 16,785,408
+    #   decoder 0, I = H                                        =  8,392,704
+    #   attention: W_q, W_k 2H^2, v H, g 1, b H                 =  2,099,201
+    #   decoder 1-3, I = 2H                     3 x 12,587,008  = 37,761,024
+    #   classifier H*V + V                                      = 33,128,000
+    #   total                                                   = 160,634,433
+    # PyTorch's second bias on the 9 LSTM directions: + 9 x 4,096 = 36,864 -> 160,671,297 (the reference's count).
+    full = gnmt.GNMTOptions()
+    assert gnmt.parameter_count(full) == 160_634_433
+    assert gnmt.parameter_count(full, biases_per_gate=2) == 160_671_297
+
+
+@pytest.mark.parametrize("layers", [2, 4])
+def test_parameter_count_formula_equals_the_built_model(layers):
+    options = gnmt.GNMTOptions(vocab_size=40, hidden=16, num_layers=layers)
+    model = gnmt.GNMT(options, seed=0)
+    model.build()
+    assert count(model.trainable_variables) == gnmt.parameter_count(options)
+    # The only other variables are random-generator states (the build's seed generator, dropout, LSTM cells).
+    assert all("seed_generator" in v.path for v in model.non_trainable_variables)
+
+
+def test_init_is_uniform_and_every_layer_draws_its_own_values(small_model):
+    values = {v.path: np.asarray(v) for v in small_model.trainable_variables}
+    for path, value in values.items():
+        if path.endswith("scale"):
+            assert value == pytest.approx(1 / np.sqrt(SMALL.hidden))
+        elif path.endswith("energy_bias"):
+            assert not value.any()
+        else:
+            assert np.abs(value).max() <= 0.1 and value.std() > 0.04, path  # U(-0.1, 0.1): std 0.0577
+    items = list(values.items())
+    for i, (a, va) in enumerate(items):
+        for b, vb in items[:i]:
+            if va.shape == vb.shape and va.size > 1:
+                assert not np.allclose(va, vb), (a, b)
+    lstm_biases = [v for p, v in values.items() if p.endswith("/bias") and "lstm" in p]
+    assert len(lstm_biases) == 9 and all(np.abs(b).max() <= 0.1 for b in lstm_biases)  # no forget bias of 1
+
+
+def test_shapes_and_padding_does_not_change_real_outputs(small_model):
+    batch = small_batch()
+    logits = np.asarray(small_model(batch))
+    assert logits.shape == (2, 4, SMALL.vocab_size)
+    # Extra padding on the source (bidirectional layer masked, attention masked) changes nothing.
+    longer = dict(batch, source=np.pad(batch["source"], ((0, 0), (0, 3))))
+    np.testing.assert_allclose(np.asarray(small_model(longer)), logits, atol=1e-5)
+    memory, mask = small_model.encode(batch["source"])
+    assert memory.shape == (2, 6, SMALL.hidden) and np.asarray(mask).sum() == 8
+
+
+def test_dropout_only_in_training(small_model):
+    batch = small_batch()
+    a, b = (np.asarray(small_model(batch, training=False)) for _ in range(2))
+    np.testing.assert_array_equal(a, b)
+    c = np.asarray(small_model(batch, training=True))
+    assert np.abs(c - a).max() > 1e-4
+    assert len(small_model.encoder_dropouts) == len(small_model.decoder_dropouts) == 4
+    assert all(d.rate == 0.2 for d in small_model.encoder_dropouts + small_model.decoder_dropouts)
+
+
+def test_gradients_reach_every_layer(small_model):
+    import tensorflow as tf
+
+    batch = small_batch()
+    target = np.array([[5, 6, 7, 3], [9, 3, 0, 0]], np.int32)
+    with tf.GradientTape() as tape:
+        logits = small_model(batch, training=True)
+        loss = keras.losses.sparse_categorical_crossentropy(target, logits, from_logits=True)
+        loss = tf.reduce_sum(loss)
+    grads = tape.gradient(loss, small_model.trainable_variables)
+    for var, grad in zip(small_model.trainable_variables, grads):
+        assert grad is not None and float(tf.reduce_max(tf.abs(tf.convert_to_tensor(grad)))) > 0, var.path
+
+
+def test_decode_step_equals_the_full_forward(small_model):
+    batch = small_batch()
+    full = np.asarray(small_model(batch))
+    step, state = small_model.beam_decoder(batch["source"], 2)
+    inputs = np.repeat(batch["target_input"], 2, axis=0)
+    for i in range(inputs.shape[1]):
+        logits, weights, state = step(inputs[:, i], i, state)
+        np.testing.assert_allclose(np.asarray(logits)[::2], full[:, i], atol=1e-5)
+        weights = np.asarray(weights)
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+        assert not weights[2:, 3:].any()  # sentence 2 has 3 real source tokens
+
+
+_JAX = """
+import json, numpy as np
+from mlperf_keras.layers import gnmt
+m = gnmt.GNMT(gnmt.GNMTOptions(vocab_size=40, hidden=8), seed=1)
+m.build()
+x = {"source": np.array([[2, 5, 3, 0]], np.int32), "target_input": np.array([[2, 5]], np.int32)}
+import jax
+fixed = [v.value for v in m.non_trainable_variables]
+def loss(trainable):
+    out, _ = m.stateless_call(trainable, fixed, x, training=True)
+    return jax.numpy.sum(out ** 2)
+grads = jax.grad(loss)([v.value for v in m.trainable_variables])
+print(json.dumps({"shape": list(m(x).shape), "nonzero": [bool(abs(g).max() > 0) for g in grads]}))
+"""
+
+
+@pytest.mark.slow  # Keras' JAX LSTM (lax.scan) compiles for about a minute on a loaded 2-core machine
+def test_runs_and_trains_on_jax():
+    out = subprocess.run([sys.executable, "-c", _JAX], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "KERAS_BACKEND": "jax"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["shape"] == [1, 2, 40]
+    assert all(result["nonzero"]) and len(result["nonzero"]) == 35  # 9 LSTMs x 3, embedding, classifier 2, attention 5
