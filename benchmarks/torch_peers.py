@@ -7,7 +7,8 @@ sizes as ours; ResNet-50 is torchvision's resnet50 (channels_last, bf16 autocast
 torch.nn.Transformer at the same sizes (--batch_size counts target tokens, 64 per sentence); SSD300 is the MLPerf
 reference's SSD-ResNet34 (ssd300.py and base_model.py's Loss, rewritten here: torchvision's resnet34 to layer3
 with layer3's stride removed, the extra layers, 3x3 heads, smooth L1 + hard-negative-mined cross-entropy); all steps
-are torch.compile'd.
+are torch.compile'd (--no_compile: eager). GNMT is the reference's model (rnn_translator/pytorch @ 69dbe8b) on
+cuDNN LSTMs with bf16 autocast (--batch_size counts sentences; tokens = source + target, as NVIDIA publishes).
 Prints one JSON line: samples/s with the same back-to-back timing as mlperf_keras.benchmark's "bare".
 """
 from __future__ import annotations
@@ -208,7 +209,90 @@ def ssd_setup(batch):
     return step
 
 
-PEERS = {"ncf": ncf_setup, "resnet": resnet_setup, "ssd": ssd_setup, "transformer": transformer_setup}
+class GNMT(nn.Module):
+    """The MLPerf reference's GNMT (mlcommons/training rnn_translator/pytorch/seq2seq/models/{gnmt,encoder,decoder,
+    attention}.py @ 69dbe8b): shared embedding, a bidirectional then three LSTMs (residuals from the third),
+    a recurrent attention layer (LSTM + normalized Bahdanau), three LSTMs fed [output, context] (residuals on the
+    last two), classifier. 160,671,297 parameters at vocabulary 32,320 (PyTorch's two biases per LSTM)."""
+
+    def __init__(self, vocab=32_320, hidden=1024, dropout=0.2):
+        super().__init__()
+        h = hidden
+        self.embedding = nn.Embedding(vocab, h, padding_idx=0)
+        self.enc = nn.ModuleList([nn.LSTM(h, h, batch_first=True, bidirectional=True),
+                                  nn.LSTM(2 * h, h, batch_first=True), nn.LSTM(h, h, batch_first=True),
+                                  nn.LSTM(h, h, batch_first=True)])
+        self.att_rnn = nn.LSTM(h, h, batch_first=True)
+        self.linear_q, self.linear_k = nn.Linear(h, h, bias=False), nn.Linear(h, h, bias=False)
+        self.linear_att = nn.Parameter(torch.empty(h).uniform_(-0.1, 0.1))
+        self.normalize_scalar = nn.Parameter(torch.tensor([h ** -0.5]))
+        self.normalize_bias = nn.Parameter(torch.zeros(h))
+        self.dec = nn.ModuleList([nn.LSTM(2 * h, h, batch_first=True) for _ in range(3)])
+        self.classifier = nn.Linear(h, vocab)
+        self.dropout = nn.Dropout(dropout)
+        for p in self.parameters():  # U(-0.1, 0.1) everywhere, then the attention's own init, as the reference
+            nn.init.uniform_(p, -0.1, 0.1)
+        with torch.no_grad():
+            self.normalize_scalar.fill_(h ** -0.5)
+            self.normalize_bias.zero_()
+
+    def forward(self, source, target_input):
+        src_mask = source != 0
+        x = self.dropout(self.embedding(source))
+        x, _ = self.enc[0](x)
+        x = self.dropout(x)
+        x, _ = self.enc[1](x)
+        for layer in self.enc[2:]:
+            residual = x
+            x, _ = layer(self.dropout(x))
+            x = x + residual
+        keys = self.linear_k(x)
+        y, _ = self.att_rnn(self.dropout(self.embedding(target_input)))
+        q = self.linear_q(y)
+        v = self.normalize_scalar * self.linear_att / self.linear_att.norm()
+        scores = torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1) + self.normalize_bias) @ v  # [B, T, S]
+        scores = scores.masked_fill(~src_mask.unsqueeze(1), float("-inf"))
+        context = torch.softmax(scores, dim=-1) @ x
+        y, _ = self.dec[0](self.dropout(torch.cat([y, context], dim=2)))
+        for layer in self.dec[1:]:
+            residual = y
+            y, _ = layer(self.dropout(torch.cat([y, context], dim=2)))
+            y = y + residual
+        return self.classifier(y)
+
+
+def gnmt_setup(batch, seq_len=32, batch_file=None):
+    """batch sentences of seq_len tokens a side (or our saved batch, padding masked); label-smoothed (0.1) loss
+    summed over tokens / sentences; Adam with global-norm clipping at 5, as the reference trains."""
+    model = GNMT().cuda()
+    print(json.dumps({"peer_parameters": sum(p.numel() for p in model.parameters())}))
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3, fused=True)
+    if batch_file:
+        import numpy as np
+
+        data = np.load(batch_file)
+        source = torch.from_numpy(data["source"]).long().cuda()
+        target_input = torch.from_numpy(data["target_input"]).long().cuda()
+        labels = torch.from_numpy(data["labels"]).long().cuda()
+    else:
+        source = torch.randint(4, 32_320, (batch, seq_len), device="cuda")
+        target_input = torch.randint(4, 32_320, (batch, seq_len), device="cuda")
+        labels = torch.randint(4, 32_320, (batch, seq_len), device="cuda")
+    loss_fn = nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1, reduction="sum")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(source, target_input)
+        loss = loss_fn(logits.float().flatten(0, 1), labels.flatten()) / source.shape[0]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step, int((source != 0).sum() + (labels != 0).sum())
+
+
+PEERS = {"gnmt": gnmt_setup, "ncf": ncf_setup, "resnet": resnet_setup, "ssd": ssd_setup, "transformer": transformer_setup}
 
 
 def main():
@@ -217,16 +301,24 @@ def main():
     parser.add_argument("--batch_size", type=int, required=True)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup_steps", type=int, default=10)
-    parser.add_argument("--seq_len", type=int, default=64, help="transformer: tokens per sentence (source and target)")
-    parser.add_argument("--batch_file", help="transformer: time this batch instead (an .npz written by "
+    parser.add_argument("--seq_len", type=int, default=64, help="transformer, gnmt: tokens per sentence (source and "
+                        "target)")
+    parser.add_argument("--no_compile", action="store_true", help="time the eager step (gnmt: cuDNN LSTMs run "
+                        "eagerly either way)")
+    parser.add_argument("--batch_file", help="transformer, gnmt: time this batch instead (an .npz written by "
                         "python -m mlperf_keras.benchmark --save_batch), padding included and masked")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     setup = PEERS[args.model]
+    compile_ = (lambda f: f) if args.no_compile else torch.compile
+    gnmt_tokens = None
     if args.model == "transformer":
-        step = torch.compile(setup(args.batch_size, args.seq_len, args.batch_file))
+        step = compile_(setup(args.batch_size, args.seq_len, args.batch_file))
+    elif args.model == "gnmt":
+        step, gnmt_tokens = setup(args.batch_size, args.seq_len, args.batch_file)
+        step = compile_(step)
     else:
-        step = torch.compile(setup(args.batch_size))
+        step = compile_(setup(args.batch_size))
     for _ in range(args.warmup_steps):
         step()
     torch.cuda.synchronize()
@@ -234,7 +326,9 @@ def main():
     for _ in range(args.steps):
         step()
     torch.cuda.synchronize()
-    if args.model != "transformer":
+    if args.model == "gnmt":  # real source + target tokens, as ours counts them
+        samples = gnmt_tokens
+    elif args.model != "transformer":
         samples = args.batch_size
     elif args.batch_file:  # real (non-padding) target tokens, as ours counts them
         import numpy as np
@@ -244,7 +338,8 @@ def main():
         samples = (args.batch_size // args.seq_len) * args.seq_len
     rate = args.steps * samples / (time.perf_counter() - start)
     print(json.dumps({"peer": args.model, "samples_per_s": rate, "samples_per_step": samples,
-                      "batch": "ours (padded)" if args.batch_file else "unpadded", "torch": torch.__version__,
+                      "batch": "ours (padded)" if args.batch_file else "unpadded", "compiled": not args.no_compile,
+                      "torch": torch.__version__,
                       "device": torch.cuda.get_device_name()}))
 
 

@@ -189,7 +189,9 @@ class GNMT(Workload):
             histogram = text.synthetic_length_histogram(config.hparams["train_pairs"] // config.num_workers,
                                                         config.hparams["max_length"])
             return plan.steps(histogram)
-        return min(plan.steps(text.worker_length_histogram(manifest, r, config.num_workers))
+        # The most batches any worker's shards give: the others end their epoch with empty batches (inputs/text.py;
+        # they add nothing to the loss), so every pair is trained on once per epoch however the shards divide.
+        return max(plan.steps(text.worker_length_histogram(manifest, r, config.num_workers))
                    for r in range(config.num_workers))
 
     def train_data(self, config, dist, manifest):
