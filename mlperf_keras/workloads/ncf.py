@@ -30,7 +30,7 @@ class NCF(Workload):
     prepare_command = "python -m data_prep.movielens --raw_dir=RAW --output_dir=DATA"
     throughput_unit = "samples"
     train_flops_per_sample = 0.64e6  # (user, item) pairs: forward 0.21 MFLOP through the MLP, x3 for training
-    default_max_epochs = 30
+    default_max_epochs = 20  # the reference ncf.py --epochs default (mlcommons/training fe17e837)
     demo_target = 0.40
     demo_hparams = {"mf_dim": 16, "mlp_layers": (64, 64, 32, 16), "learning_rate": 0.002,
                     "beta_1": 0.9, "beta_2": 0.999, "batch_size": 16_384}
@@ -77,13 +77,23 @@ class NCF(Workload):
         builds_on_device(hp["epoch_build"])   # a bad value fails at start-up, not after the data is loaded
         if hp["mlp_layers"][0] % 2:
             raise ValueError("mlp_layers[0] is the concatenated user+item embedding width and must be even")
-        embed_init = keras.initializers.RandomNormal(stddev=0.01, seed=config.seed)
+        # One stream for the whole build: Keras initializers given the same int seed repeat their values in every
+        # layer (mf_item would equal mf_user's first rows); drawing from one SeedGenerator gives each its own.
+        seeds = keras.random.SeedGenerator(config.seed)
         users = keras.Input(shape=(), dtype="int32", name="user")
         items = keras.Input(shape=(), dtype="int32", name="item")
 
         def embedding(count, dim, name):
             # Float32 lookups (layers/embedding.py): Keras' Embedding would sum a popular item's gradient in bf16.
-            return Embedding(count, dim, embeddings_initializer=embed_init, name=name)
+            return Embedding(count, dim, name=name,
+                             embeddings_initializer=keras.initializers.RandomNormal(stddev=0.01, seed=seeds))
+
+        def dense(width, fan_in, kernel_initializer, **kwargs):
+            # PyTorch's nn.Linear bias init, which neumf.py keeps: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+            bound = 1 / np.sqrt(fan_in)
+            return keras.layers.Dense(width, kernel_initializer=kernel_initializer,
+                                      bias_initializer=keras.initializers.RandomUniform(-bound, bound, seed=seeds),
+                                      **kwargs)
 
         mf = keras.layers.Multiply(name="gmf")([
             embedding(hp["num_users"], hp["mf_dim"], "mf_user_embed")(users),
@@ -93,11 +103,11 @@ class NCF(Workload):
             embedding(hp["num_users"], half, "mlp_user_embed")(users),
             embedding(hp["num_items"], half, "mlp_item_embed")(items)])
         for i, width in enumerate(hp["mlp_layers"][1:]):
-            mlp = keras.layers.Dense(width, activation="relu", name=f"mlp_{i}",
-                                     kernel_initializer=keras.initializers.GlorotUniform(seed=config.seed + i))(mlp)
+            mlp = dense(width, hp["mlp_layers"][i], keras.initializers.GlorotUniform(seed=seeds),
+                        activation="relu", name=f"mlp_{i}")(mlp)
         both = keras.layers.Concatenate(name="neumf")([mf, mlp])
-        logit = keras.layers.Dense(1, name="final", dtype="float32",
-                                   kernel_initializer=keras.initializers.LecunUniform(seed=config.seed))(both)
+        logit = dense(1, hp["mlp_layers"][-1] + hp["mf_dim"], keras.initializers.LecunUniform(seed=seeds),
+                      name="final", dtype="float32")(both)
         logit = keras.layers.Reshape((), name="logit", dtype="float32")(logit)  # a bf16 Reshape would round it
         return keras.Model({"user": users, "item": items}, logit, name="neumf")
 
