@@ -30,6 +30,23 @@ from mlperf_keras.inputs.manifest import DataError
 MAX_ROUNDS = 1000   # redraw rounds; a user who rated (almost) every item could otherwise never get a negative
 
 
+def rated_mask(sorted_items, lo, end, items, search_steps: int):
+    """Is items[i] in sorted_items[lo[i]:end[i]]? A vectorised lower-bound binary search in keras.ops, int32 only;
+    search_steps >= log2(longest block + 1). sorted_items must not be empty."""
+    from keras import ops
+
+    last = ops.shape(sorted_items)[0] - 1
+    hi = end
+    for _ in range(search_steps):
+        active = ops.less(lo, hi)
+        mid = ops.floor_divide(lo + hi, 2)
+        smaller = ops.less(ops.take(sorted_items, ops.minimum(mid, last)), items)
+        lo = ops.where(ops.logical_and(active, smaller), mid + 1, lo)
+        hi = ops.where(ops.logical_and(active, ops.logical_not(smaller)), mid, hi)
+    found = ops.equal(ops.take(sorted_items, ops.minimum(lo, last)), items)
+    return ops.logical_and(ops.less(lo, end), found)
+
+
 def _sort_key(counters, key0, key1):
     from keras import ops
 
@@ -77,19 +94,9 @@ class DeviceTrainSampler:
 
         positives, k, num_items = self.num_positives, self.negatives, self.num_items
         total, search_steps = positives * (1 + k), self.search_steps
-        last = positives - 1
 
         def is_rated(sorted_items, lo, end, items):
-            """lower_bound of each item in sorted_items[lo:end], vectorised; then equal?"""
-            hi = end
-            for _ in range(search_steps):
-                active = ops.less(lo, hi)
-                mid = ops.floor_divide(lo + hi, 2)
-                smaller = ops.less(ops.take(sorted_items, ops.minimum(mid, last)), items)
-                lo = ops.where(ops.logical_and(active, smaller), mid + 1, lo)
-                hi = ops.where(ops.logical_and(active, ops.logical_not(smaller)), mid, hi)
-            found = ops.equal(ops.take(sorted_items, ops.minimum(lo, last)), items)
-            return ops.logical_and(ops.less(lo, end), found)
+            return rated_mask(sorted_items, lo, end, items, search_steps)
 
         def epoch(users, items, block_start, block_end, keys):
             counters = ops.cast(ops.arange(positives * k, dtype="int32"), "uint32")

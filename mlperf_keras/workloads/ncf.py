@@ -19,8 +19,7 @@ from mlperf_keras.metrics.ranking import hits_at_k
 from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
 
 # ml-20m after the reference filtering (MLPERF.md section 3), for --dry_run and --synthetic without data.
-ML20M = {"num_users": 138_493, "num_items": 26_744, "train_positives": 20_000_263 - 138_493,
-         "eval_negatives": 999}
+ML20M = {"num_users": 138_493, "num_items": 26_744, "train_positives": 20_000_263 - 138_493}
 
 
 class NCF(Workload):
@@ -47,6 +46,7 @@ class NCF(Workload):
             "batch_size": 1_048_576,      # global, fixed across GPU counts as NVIDIA ran it
             "eval_batch_size": 1_048_576,  # candidates scored per predict call on one worker
             "top_k": 10,
+            "eval_negatives": 999,        # per user, drawn with replacement at run start (inputs/ncf.py)
             # Where each epoch's negatives and shuffle are computed: "device" (inputs/ncf_device.py, on the GPU),
             # "host" (inputs/ncf.py, NumPy on this worker's cores) or "auto" (device when a GPU is present).
             "epoch_build": "auto",
@@ -58,7 +58,14 @@ class NCF(Workload):
             return {}
         counts = manifest["counts"]
         return {"num_users": counts["num_users"], "num_items": counts["num_items"],
-                "train_positives": counts["train_positives"], "eval_negatives": counts["eval_negatives"]}
+                "train_positives": counts["train_positives"]}
+
+    def check(self, config, manifest):
+        if manifest is not None and "eval_negatives" in manifest["counts"]:
+            raise ConfigError(f"{config.data_dir} was prepared by an older data_prep.movielens that drew the eval "
+                              f"negatives in advance; they are now drawn at run start: prepare it again")
+        if config.hparams["eval_negatives"] < 1:
+            raise ConfigError(f"eval_negatives={config.hparams['eval_negatives']}: must be at least 1")
 
     def default_global_batch(self, hparams, num_workers, per_worker_preset):
         return hparams["batch_size"]  # NVIDIA kept the global batch fixed for every GPU count
@@ -134,24 +141,41 @@ class NCF(Workload):
         return ncf_input.steps_per_epoch(per_worker, hp["negatives"], config.per_worker_batch_size)
 
     def train_data(self, config, dist, manifest):
-        files = worker_shards(manifest, "train", dist.rank, dist.world_size)
-        positives = ncf_input.load_rows(config.data_dir, files, columns=2)
+        positives = self._train_positives(config, dist, manifest)
         return _NcfTrainData(config, positives, self.steps_per_epoch(config, manifest), dist.rank)
+
+    def _train_positives(self, config, dist, manifest):
+        """This worker's training (user, item) rows, loaded once for the train data and the evaluator."""
+        key = (config.data_dir, dist.rank, dist.world_size)
+        if getattr(self, "_positives", (None,))[0] != key:
+            files = worker_shards(manifest, "train", dist.rank, dist.world_size)
+            self._positives = (key, ncf_input.load_rows(config.data_dir, files, columns=2))
+        return self._positives[1]
 
     def synthetic_train_data(self, config, dist):
         return _SyntheticNcfData(config, self.steps_per_epoch(config, None), dist.rank)
 
     def evaluator(self, config, dist, manifest):
+        """The eval set of this worker's users. Built after run_start (the loop calls it on the clock), as the
+        reference draws its eval negatives after run_start (data_prep/movielens.py holds only the test items)."""
         hp = config.hparams
         if manifest is None:
-            rows = ncf_input.synthetic_eval_rows(hp["num_users"] // dist.world_size, hp["num_items"],
-                                                 hp["eval_negatives"], config.seed)
-            total = rows.shape[0] * dist.world_size
+            users = np.arange(hp["num_users"] // dist.world_size, dtype=np.int32)
+            test_items = np.random.default_rng([config.seed, 1, dist.rank]).integers(
+                0, hp["num_items"], len(users), dtype=np.int32)
+            positives = np.zeros((0, 2), np.int32)
+            total = len(users) * dist.world_size
         else:
             files = worker_shards(manifest, "eval", dist.rank, dist.world_size)
-            rows = ncf_input.load_rows(config.data_dir, files, columns=2 + manifest["counts"]["eval_negatives"])
+            rows = ncf_input.load_rows(config.data_dir, files, columns=2)
+            users, test_items = rows[:, 0], rows[:, 1]
+            positives = self._train_positives(config, dist, manifest)
             total = manifest["counts"]["eval_users"]
-        return _HitRateEvaluator(ncf_input.EvalSet(rows), total, hp["top_k"], hp["eval_batch_size"], dist)
+        # A stream of its own (not the model init's SeedGenerator(seed)), from the run's seed and the worker's rank.
+        seed = int(np.random.SeedSequence([config.seed, 1, dist.rank]).generate_state(1)[0] >> 1)
+        negatives = ncf_input.draw_eval_negatives(users, positives, hp["num_items"], hp["eval_negatives"], seed)
+        eval_set = ncf_input.EvalSet.build(users, test_items, negatives)
+        return _HitRateEvaluator(eval_set, total, hp["top_k"], hp["eval_batch_size"], dist)
 
     def mllog_hparams(self, config):
         hp = config.hparams
@@ -159,7 +183,9 @@ class NCF(Workload):
                 "opt_adam_beta_1": hp["beta_1"], "opt_adam_beta_2": hp["beta_2"],
                 "opt_adam_epsilon": hp["epsilon"],
                 "input_hp_num_neg": hp["negatives"], "eval_hp_num_neg": hp["eval_negatives"],
-                "eval_hp_num_users": hp["num_users"]}
+                "eval_hp_num_users": hp["num_users"],
+                # mlperf_compliance 0.0.6's PREPROC_HP_SAMPLE_EVAL_REPLACEMENT, logged true by the reference
+                "preproc_hp_sample_eval_replacement": True}
 
     def write_demo_raw(self, raw_dir, log):
         from data_prep import demo_movielens
@@ -226,7 +252,7 @@ class _SyntheticNcfData(TrainData):
 class _HitRateEvaluator(Evaluator):
     def __init__(self, eval_set, total_users, k, batch, dist):
         self.eval_set, self.num_samples, self.k, self.dist = eval_set, total_users, k, dist
-        width = eval_set.rows.shape[1] - 1
+        width = eval_set.items.shape[1]
         self.users_per_call = max(1, batch // width)
 
     def evaluate(self, predict):
@@ -234,7 +260,12 @@ class _HitRateEvaluator(Evaluator):
         for lo in range(0, self.eval_set.num_users, self.users_per_call):
             hi = min(lo + self.users_per_call, self.eval_set.num_users)
             users, items, width = self.eval_set.candidates(lo, hi)
-            scores = predict({"user": users, "item": items}).reshape(hi - lo, width)
-            hits += hits_at_k(scores, self.k)
+            logits = predict({"user": users, "item": items}).reshape(hi - lo, width)
+            # Ranked as float32 probabilities, as the reference ranks model(..., sigmoid=True): saturated
+            # probabilities tie, and ties follow the reference's rule (metrics/ranking.py).
+            with np.errstate(over="ignore"):
+                scores = 1 / (1 + np.exp(-logits.astype(np.float32)))
+            hits += hits_at_k(scores, self.k, self.eval_set.positive_column[lo:hi],
+                              self.eval_set.duplicate[lo:hi])
         merged_hits, merged_users = self.dist.sum_across_workers([hits, self.eval_set.num_users])
         return float(merged_hits / merged_users)
