@@ -71,8 +71,9 @@ class NCF(Workload):
         return hparams["batch_size"]  # NVIDIA kept the global batch fixed for every GPU count
 
     def describe(self, config):
-        where = ("on the device (inputs/ncf_device.py)" if builds_on_device(config.hparams["epoch_build"])
-                 else "on the host's cores (inputs/ncf.py)")
+        where = (f"on the device (inputs/ncf_device.py, {device_random(config)} random numbers)"
+                 if builds_on_device(config.hparams["epoch_build"])
+                 else "on the host's cores (inputs/ncf.py, NumPy's PCG64)")
         return [f"epoch build (negatives and shuffle): {where}"]
 
     def build_model(self, config):
@@ -210,6 +211,12 @@ def builds_on_device(epoch_build: str) -> bool:
     return epoch_build == "device"
 
 
+def device_random(config) -> str:
+    """The device epoch build's random numbers: the framework's stock generators in the closed division, the
+    counter hash (not a stock generator) only in the open one (inputs/ncf_device.py)."""
+    return "stock" if config.closed_division else "hash"
+
+
 class _NcfTrainData(TrainData):
     def __init__(self, config, positives, steps, rank):
         hp = config.hparams
@@ -217,7 +224,9 @@ class _NcfTrainData(TrainData):
             # An H200 trains an ml-20m epoch in about 0.5 s; the host needs seconds to build one (inputs/ncf_device.py).
             from mlperf_keras.inputs.ncf_device import DeviceTrainSampler
 
-            self.sampler = DeviceTrainSampler(positives, hp["num_items"], hp["negatives"], config.seed, rank)
+            # Closed: the framework's stock generators; the cheaper counter hash only under --division=open.
+            self.sampler = DeviceTrainSampler(positives, hp["num_items"], hp["negatives"], config.seed, rank,
+                                              random=device_random(config))
         else:
             # The epoch build is the input's whole cost: every core this worker can share (workers split a host).
             threads = max(1, len(os.sched_getaffinity(0)) // config.num_workers)
