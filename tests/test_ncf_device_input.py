@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mlperf_keras.inputs.manifest import DataError
-from mlperf_keras.inputs.ncf import steps_per_epoch
+from mlperf_keras.inputs.ncf import PAD_LABEL, steps_per_epoch
 from mlperf_keras.inputs.ncf_device import DeviceTrainSampler
 from tests.conftest import ROOT
 from tests.test_ncf_input import make_positives
@@ -67,8 +67,13 @@ def test_batches_have_fixed_shape_and_wrap_around():
                                      for x, y in batches)
     users = np.concatenate([np.asarray(x[0]) for x, _ in batches])
     items = np.concatenate([np.asarray(x[1]) for x, _ in batches])
+    labels = np.concatenate([np.asarray(y) for _, y in batches])
     np.testing.assert_array_equal(users[350:], users[:34])
     np.testing.assert_array_equal(items[350:], items[:34])
+    # The 34 repeats are padding the loss ignores: every real sample once, each positive once.
+    assert np.all(labels[350:] == PAD_LABEL) and set(np.unique(labels[:350]).tolist()) == {0.0, 1.0}
+    assert sorted(zip(users[:350][labels[:350] == 1].tolist(), items[:350][labels[:350] == 1].tolist())) == \
+        sorted(map(tuple, positives.tolist()))
 
 
 @RANDOM

@@ -8,7 +8,7 @@ the epoch is the same distribution as the host sampler's (and the reference's):
 - `negatives` items per positive drawn uniformly from all items and redrawn while the item is one of the user's
   training positives (the reference's dataset.py rejection rule), label 0;
 - the whole epoch in a uniformly random order, in `steps` batches of `batch` (the end wraps to the start so every
-  batch has the same shape, as TrainSampler.batches does).
+  batch has the same shape, the repeats labelled PAD_LABEL for the loss to ignore, as TrainSampler.batches does).
 
 Random numbers, two choices:
 - "stock" (closed division, the default): the framework's own generators. On JAX jax.random (the default
@@ -35,6 +35,7 @@ import numpy as np
 
 from mlperf_keras.counter_hash import GOLDEN, mix, random_bits
 from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.inputs.ncf import PAD_LABEL
 
 MAX_ROUNDS = 1000   # redraw rounds; a user who rated (almost) every item could otherwise never get a negative
 RANDOM_SOURCES = ("stock", "hash")
@@ -183,13 +184,16 @@ class DeviceTrainSampler:
                 index = ops.cast(ops.arange(total, dtype="int32"), "uint32")
                 order = ops.argsort(_sort_key(index, keys[2], keys[3]))
                 order = ops.take(order, ops.argsort(_sort_key(index, keys[4], keys[5])))
-            # Exactly steps x batch samples: the end wraps around to the start of the shuffled epoch.
-            order = ops.take(order, ops.mod(ops.arange(steps * batch, dtype="int32"), total))
+            # Exactly steps x batch samples: the end wraps around to the start of the shuffled epoch, labelled
+            # PAD_LABEL so the loss ignores the repeats (every sample trains once per epoch).
+            position = ops.arange(steps * batch, dtype="int32")
+            order = ops.take(order, ops.mod(position, total))
             all_users = ops.concatenate([users, neg_users])
             all_items = ops.concatenate([items, neg_items])
             shape = (steps, batch)
             return (ops.reshape(ops.take(all_users, order), shape), ops.reshape(ops.take(all_items, order), shape),
-                    ops.reshape(ops.cast(ops.less(order, positives), "float32"), shape),
+                    ops.reshape(ops.where(ops.less(position, total), ops.cast(ops.less(order, positives), "float32"),
+                                          PAD_LABEL), shape),
                     ops.sum(ops.cast(rated, "int32")), rounds)
 
         return compile_function(epoch)

@@ -127,10 +127,16 @@ class NCF(Workload):
                                      beta_2=hp["beta_2"], epsilon=hp["epsilon"])
 
     def loss(self, y_true, y_pred):
-        import keras
+        """Mean binary cross-entropy over the batch's real samples. Label PAD_LABEL marks the samples that only fill
+        the epoch's last batch to a fixed shape (inputs/ncf.py): they weigh nothing, so each sample trains once per
+        epoch and the last batch is the mean over what it really holds, as the reference's smaller last batch."""
+        from keras import ops
 
-        return keras.ops.mean(keras.ops.binary_crossentropy(y_true, keras.ops.cast(y_pred, "float32"),
-                                                            from_logits=True))
+        real = ops.greater_equal(y_true, 0)
+        labels = ops.where(real, y_true, ops.zeros_like(y_true))
+        bce = ops.binary_crossentropy(labels, ops.cast(y_pred, "float32"), from_logits=True)
+        count = ops.sum(ops.cast(real, "float32"))
+        return ops.sum(ops.where(real, bce, ops.zeros_like(bce))) / ops.maximum(count, 1.0)
 
     def steps_per_epoch(self, config, manifest):
         hp = config.hparams
