@@ -1,10 +1,15 @@
 """NCF: NeuMF on MovieLens-20M, HR@10 over 1 positive + 999 negatives per user (MLPerf v0.5 recommendation).
 
-Model as the reference neumf.py: GMF (user x item embeddings of mf_dim, elementwise product) beside an MLP over the
+Reference: mlcommons/training fe17e837ed12974d15c86d5173fe8f2c188434d5 (the v0.5 round), recommendation/pytorch.
+Model as its neumf.py: GMF (user x item embeddings of mf_dim, elementwise product) beside an MLP over the
 concatenated user/item embeddings (mlp_layers[0]/2 each) with ReLU layers mlp_layers[1:], one logit over the
-concatenation of both branches. Embeddings N(0, 0.01); MLP Glorot-uniform; output LeCun-uniform.
+concatenation of both branches. Init as neumf.py: embeddings N(0, 0.01); MLP kernels Glorot-uniform; the final
+kernel LeCun-uniform; dense biases PyTorch's nn.Linear default U(+-1/sqrt(fan_in)), which neumf.py leaves alone;
+every table and layer draws from its own stream of one keras.random.SeedGenerator(seed).
 Hyperparameters: NVIDIA's v0.5 submission (global batch 1,048,576 kept fixed for any GPU count, Adam lr 0.0045,
-beta1 0.25, beta2 0.5, eps 1e-8), 4 negatives per positive redrawn every epoch.
+beta1 0.25, beta2 0.5, eps 1e-8), 4 negatives per positive redrawn every epoch; at most 20 epochs (ncf.py's
+--epochs default). Evaluation (inputs/ncf.py, metrics/ranking.py) as ncf.py and convert.py: 999 negatives per user
+drawn with replacement at run start, repeats counted once, the test item last among equal scores.
 """
 from __future__ import annotations
 
