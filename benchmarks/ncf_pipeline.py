@@ -12,8 +12,9 @@ as benchmarks/movielens_prep.py; or point --data_dir at what that script prepare
 the dataset (its arrays stop fitting in the CPU caches), so only an ml-20m-sized run says what a GPU needs.
 
 What is timed: exactly what workloads/ncf.py train_data gives the training loop, one worker (rank 0 of 1): per
-epoch, 4 negatives per positive drawn uniformly and redrawn while they hit an item the user rated (vectorised), the
-epoch shuffled, then fixed-size batches gathered from it (the last one wraps around). No model runs. Loading the
+epoch, 4 negatives per positive drawn uniformly and redrawn while they hit one of the user's training positives
+(vectorised), the epoch shuffled, then fixed-size batches gathered from it (the last one filled from the start with
+padding the loss ignores). No model runs. Loading the
 shards and indexing the rated (user, item) pairs is start-up and is not timed, nor are --warmup_epochs. Each
 configuration runs in a fresh process pinned to --cores cores (os.sched_setaffinity); the epoch build runs its fixed
 chunks (negatives, bucketed shuffle, gathers) on as many threads as the process has cores (inputs/ncf.py).

@@ -3,7 +3,7 @@
 NCF is the one workload whose whole dataset is a few hundred MB of integers, so it is held in NumPy arrays (and on
 the device, for synthetic benchmarks) instead of a tf.data record stream; sampling is vectorised over the epoch.
 Sharding: worker r owns the prepared shards r, r+W, r+2W... (contiguous user ranges), so every user's positives are
-on one worker and the negative check against "items this user rated" stays local.
+on one worker and the negative check against "the user's training items" stays local.
 """
 from __future__ import annotations
 
