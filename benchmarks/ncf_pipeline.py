@@ -3,7 +3,7 @@
     python benchmarks/ncf_pipeline.py [--data_dir=PREPARED] [--work_dir=/tmp/ncf_pipeline_bench]
                                       [--users=20000] [--items=26744] [--mean_ratings=100]
                                       [--cores=1,2] [--batch=1048576] [--epochs=2] [--warmup_epochs=1]
-                                      [--epoch_build=host|device]
+                                      [--epoch_build=host|device] [--random=stock,hash]
 
 Data: a dataset prepared by data_prep.movielens; without --data_dir, a MovieLens-format ratings.csv is generated
 (data_prep.demo_movielens) into --work_dir and prepared there (once; reused afterwards). The default size prepares in
@@ -12,14 +12,18 @@ as benchmarks/movielens_prep.py; or point --data_dir at what that script prepare
 the dataset (its arrays stop fitting in the CPU caches), so only an ml-20m-sized run says what a GPU needs.
 
 What is timed: exactly what workloads/ncf.py train_data gives the training loop, one worker (rank 0 of 1): per
-epoch, 4 negatives per positive drawn uniformly and redrawn while they hit an item the user rated (vectorised), the
-epoch shuffled, then fixed-size batches gathered from it (the last one wraps around). No model runs. Loading the
+epoch, 4 negatives per positive drawn uniformly and redrawn while they hit one of the user's training positives
+(vectorised), the epoch shuffled, then fixed-size batches gathered from it (the last one filled from the start with
+padding the loss ignores). No model runs. Loading the
 shards and indexing the rated (user, item) pairs is start-up and is not timed, nor are --warmup_epochs. Each
 configuration runs in a fresh process pinned to --cores cores (os.sched_setaffinity); the epoch build runs its fixed
 chunks (negatives, bucketed shuffle, gathers) on as many threads as the process has cores (inputs/ncf.py).
 With --epoch_build=device the epoch is built on the accelerator of the active Keras backend (inputs/ncf_device.py;
 KERAS_BACKEND=jax on a JAX-only GPU machine) and the batches are device slices; the timing waits for the device at
-the end of every epoch, and --cores only pins the host thread that drives it.
+the end of every epoch, and --cores only pins the host thread that drives it. --random picks the device build's
+random numbers, one fresh process each: stock (the framework's generators, jax.random / TensorFlow's stateless
+ops: what the closed division runs) and/or hash (the counter hash, --division=open only); the host build always
+uses NumPy's PCG64 and ignores it.
 
 Per configuration: one human line and one JSON line with samples/s (positives + negatives served in batches),
 samples/s per core, samples per CPU-second (process CPU time, which holds even on a shared machine), the time to
@@ -71,7 +75,8 @@ def child(args):
                "epoch_build": args.epoch_build}
     config = types.SimpleNamespace(hparams=hparams, seed=1, data_dir=args.data_dir, num_workers=1,
                                    global_batch_size=args.batch, per_worker_batch_size=args.batch,
-                                   backend=os.environ.get("KERAS_BACKEND", "tensorflow"))
+                                   backend=os.environ.get("KERAS_BACKEND", "tensorflow"),
+                                   closed_division=args.random == "stock")
     dist = types.SimpleNamespace(rank=0, world_size=1)
     start = time.time()
     data = workload.train_data(config, dist, manifest)  # start-up: load shards, index rated pairs
@@ -122,6 +127,8 @@ def main():
     parser.add_argument("--epoch_build", choices=("host", "device"), default="host",
                         help="host: NumPy on --cores cores (inputs/ncf.py); device: on the accelerator of the active "
                         "Keras backend (inputs/ncf_device.py)")
+    parser.add_argument("--random", default="stock", help="device build's random numbers, comma-separated: stock "
+                        "(closed division: jax.random / TF stateless ops), hash (counter hash, open division only)")
     parser.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._child:
@@ -134,15 +141,19 @@ def main():
     print(f"data: {data_dir}: {counts['num_users']:,} users, {counts['num_items']:,} items, "
           f"{counts['train_positives']:,} training positives; batch {args.batch:,}; {os.cpu_count()} cores here, "
           f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
-    for cores in (int(c) for c in args.cores.split(",")):
+    randoms = args.random.split(",") if args.epoch_build == "device" else ["stock"]
+    if set(randoms) - {"stock", "hash"}:
+        parser.error(f"--random={args.random}: choose stock and/or hash")
+    for cores, random in ((int(c), r) for c in args.cores.split(",") for r in randoms):
         r = run_child(__file__, f"--data_dir={data_dir}", f"--cores={cores}", f"--batch={args.batch}",
                       f"--epochs={args.epochs}", f"--warmup_epochs={args.warmup_epochs}",
-                      f"--epoch_build={args.epoch_build}")
+                      f"--epoch_build={args.epoch_build}", f"--random={random}")
         rate = r["samples"] / r["seconds"]
         per_core = rate / cores
         load = os.getloadavg()[0]
         needed, needed_cpu = cores_for(H200_SAMPLES_PER_S, per_core, r["samples"], r["cpu_seconds"])
-        print(f"ncf train stream, epoch built on the {args.epoch_build}, batch {args.batch:,}: "
+        label = f"{args.epoch_build} ({random} random numbers)" if args.epoch_build == "device" else "host"
+        print(f"ncf train stream, epoch built on the {label}, batch {args.batch:,}: "
               f"{rate / 1e6:6.2f} M samples/s on {cores} core(s) = "
               f"{per_core / 1e6:6.2f} M samples/s per core ({r['samples'] / r['cpu_seconds'] / 1e6:.2f} M per "
               f"CPU-second); one epoch ({r['samples_per_epoch']:,} samples, {r['steps_per_epoch']} batches) builds "
@@ -150,7 +161,9 @@ def main():
               f"({H200_SAMPLES_PER_S / 1e6:.1f} M samples/s) "
               f"needs {needed} such cores ({needed_cpu} at the CPU-second rate); load average {load:.1f}",
               flush=True)
-        print(json.dumps({"workload": "ncf", "epoch_build": args.epoch_build, "cores": cores, "batch": args.batch,
+        print(json.dumps({"workload": "ncf", "epoch_build": args.epoch_build,
+                          "random": random if args.epoch_build == "device" else "numpy_pcg64",
+                          "cores": cores, "batch": args.batch,
                           "samples": r["samples"],
                           "batches": r["batches"], "seconds": round(r["seconds"], 4),
                           "cpu_seconds": round(r["cpu_seconds"], 4), "samples_per_s": round(rate),

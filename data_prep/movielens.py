@@ -1,12 +1,14 @@
 """python -m data_prep.movielens --raw_dir=R --output_dir=D: MovieLens-20M -> the MLPerf NCF dataset.
 
 Reads the official `ml-20m/ratings.csv` (header `userId,movieId,rating,timestamp`); R may be the folder holding
-`ml-20m/`, `ml-20m/` itself, or a folder holding the distributed `ml-20m.zip`. As the MLPerf reference does:
-every rating is an implicit positive; users with fewer than 20 ratings are dropped; users and items are re-indexed
-densely (sorted original ids); each user's latest rating (ties: the earlier line in the file) is the test positive;
-999 eval negatives per user are drawn with a fixed seed, without replacement, from items that user never rated;
-everything else is a training positive. Output: `train-*.npy` (int32 rows user,item) and `eval-*.npy` (int32 rows
-user, test item, 999 negatives), sharded by contiguous user ranges, and `manifest.json` with counts and checksums.
+`ml-20m/`, `ml-20m/` itself, or a folder holding the distributed `ml-20m.zip`. As the reference's convert.py
+(mlcommons/training fe17e837ed12974d15c86d5173fe8f2c188434d5, recommendation/pytorch/convert.py): every rating is
+an implicit positive; users with fewer than 20 ratings are dropped; users and items get dense ids in order of first
+appearance in the file; each user's latest rating is the test positive (ties: leave_one_out); everything else is a
+training positive. The 999 eval negatives per user are not drawn here: the reference draws them after run_start,
+so training draws them at run start (mlperf_keras/inputs/ncf.py draw_eval_negatives). Output: `train-*.npy` (int32
+rows user, item) and `eval-*.npy` (int32 rows user, test item), sharded by contiguous user ranges, and
+`manifest.json` with counts and checksums.
 """
 from __future__ import annotations
 
@@ -98,58 +100,27 @@ def _locate_bad_line(path: str) -> str | None:
 
 
 def leave_one_out(users: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
-    """Boolean mask of each user's test rating: the latest; among equal timestamps the earliest line in the file.
+    """Boolean mask of each user's test rating: the latest one, ties broken as the reference's sort breaks them.
 
-    This is pandas' rank(method='first', ascending=False) == 1 per user, as in the reference's convert.py.
+    The reference (mlcommons/training fe17e837ed12974d15c86d5173fe8f2c188434d5, recommendation/pytorch/convert.py)
+    sorts the filtered ratings, in file order, with df.sort_values(by='timestamp') on the datetime64 column that
+    load.py makes, then pops the last item of each user's list; NVIDIA's v0.5 convert.py does the same sort and
+    keeps tail(1). pandas' default sort is NumPy's quicksort, which is not stable: among a user's ratings with equal
+    timestamps, the test rating is whichever that quicksort leaves last. This does the same: np.argsort(kind=
+    "quicksort") over datetime64 values (NumPy's generic introsort; for int64 keys NumPy >= 1.25 dispatches to SIMD
+    sorts that order ties differently, which datetime64 avoids), then the last of each user's rows in that order.
+    Google's v0.5 submission replays this sort for the same reason (data_preprocessing.py, match_mlperf). Caveat:
+    NumPy >= 1.17 added a heapsort fallback to that quicksort for pathologically deep partitions; we have not run
+    the reference's 2018 stack (NumPy 1.13) to compare the held-out items one by one.
+    users: dense user ids; timestamps: seconds; both in file order after the min-ratings filter.
     """
-    rows = np.arange(len(users))
-    order = np.lexsort((rows, -timestamps, users))
-    first_of_user = np.ones(len(order), dtype=bool)
-    first_of_user[1:] = users[order][1:] != users[order][:-1]
+    order = np.argsort(np.asarray(timestamps, np.int64).astype("datetime64[s]"), kind="quicksort")
+    by_user = order[np.argsort(users[order], kind="stable")]   # per user, rows in the quicksort's order
+    last_of_user = np.ones(len(by_user), dtype=bool)
+    last_of_user[:-1] = users[by_user][1:] != users[by_user][:-1]
     mask = np.zeros(len(users), dtype=bool)
-    mask[order[first_of_user]] = True
+    mask[by_user[last_of_user]] = True
     return mask
-
-
-def sample_eval_negatives(users: np.ndarray, items: np.ndarray, num_users: int, num_items: int,
-                          num_negatives: int, seed: int, chunk: int = 4096) -> np.ndarray:
-    """(num_users, num_negatives) int32: per user, items drawn uniformly without replacement from those never rated.
-
-    Vectorised over chunks of users: draw extra candidates, drop rated items (a dense rated-mask per chunk) and
-    repeats (keeping draw order, so the sample stays uniform), take the first num_negatives; the rare user who
-    rated most items falls back to an exact draw from their complement.
-    """
-    rated_keys = np.unique(users.astype(np.int64) * num_items + items)
-    rated_count = np.bincount(users, minlength=num_users)
-    too_many = np.flatnonzero(num_items - rated_count < num_negatives)
-    if too_many.size:
-        u = int(too_many[0])
-        raise DataError(f"user index {u} rated {rated_count[u]} of {num_items} items, leaving fewer than "
-                        f"{num_negatives} to draw eval negatives from (use a smaller --eval_negatives)")
-    rng = np.random.default_rng(seed)
-    out = np.empty((num_users, num_negatives), dtype=np.int32)
-    draws = int(num_negatives * 1.25) + 32
-    for lo in range(0, num_users, chunk):
-        hi = min(lo + chunk, num_users)
-        start, stop = np.searchsorted(rated_keys, [lo * num_items, hi * num_items])
-        rated = np.zeros((hi - lo, num_items), dtype=bool)
-        chunk_keys = rated_keys[start:stop] - lo * num_items
-        rated[chunk_keys // num_items, chunk_keys % num_items] = True
-        cand = rng.integers(0, num_items, size=(hi - lo, draws), dtype=np.int32)
-        valid = ~np.take_along_axis(rated, cand, axis=1)
-        order = np.argsort(cand, axis=1, kind="stable")
-        sorted_cand = np.take_along_axis(cand, order, axis=1)
-        repeat = np.zeros_like(valid)
-        np.put_along_axis(repeat, order[:, 1:], sorted_cand[:, 1:] == sorted_cand[:, :-1], axis=1)
-        valid &= ~repeat
-        taken = np.cumsum(valid, axis=1)
-        short = taken[:, -1] < num_negatives
-        keep = valid & (taken <= num_negatives)
-        full_rows = np.flatnonzero(~short)
-        out[lo + full_rows] = cand[full_rows][keep[full_rows]].reshape(len(full_rows), num_negatives)
-        for row in np.flatnonzero(short):  # users with very many ratings: exact draw from the complement
-            out[lo + row] = rng.choice(np.flatnonzero(~rated[row]), size=num_negatives, replace=False)
-    return out
 
 
 def _shard_bounds(user_of_row: np.ndarray, num_users: int, num_shards: int) -> list[tuple[int, int]]:
@@ -161,21 +132,31 @@ def _shard_bounds(user_of_row: np.ndarray, num_users: int, num_shards: int) -> l
     return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
 
 
-def prepare(raw_dir: str, output_dir: str, min_ratings: int = 20, eval_negatives: int = 999, seed: int = 0,
-            num_shards: int = 16, overwrite: bool = False, log=print) -> dict:
+def first_appearance_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dense id of every value, the original values by dense id): ids in order of first appearance, as the
+    reference's `df[column].unique()` + enumerate map (NVIDIA's pd.factorize gives the same)."""
+    originals, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    by_appearance = np.argsort(first)
+    dense = np.empty(len(originals), np.int64)
+    dense[by_appearance] = np.arange(len(originals))
+    return dense[inverse], originals[by_appearance]
+
+
+def prepare(raw_dir: str, output_dir: str, min_ratings: int = 20, num_shards: int = 16, overwrite: bool = False,
+            log=print) -> dict:
     t0 = time.time()
     source = find_ratings(raw_dir)
     log(f"reading {source}")
     users_raw, items_raw, timestamps = read_ratings(source)
     log(f"  {len(users_raw):,} ratings read in {time.time() - t0:.1f} s")
 
-    user_ids, user_idx, user_counts = np.unique(users_raw, return_inverse=True, return_counts=True)
+    _, user_idx, user_counts = np.unique(users_raw, return_inverse=True, return_counts=True)
     keep = user_counts[user_idx] >= min_ratings
     if not keep.any():
         raise DataError(f"{source}: no user has {min_ratings} or more ratings")
-    del users_raw
-    user_ids, users = np.unique(user_ids[user_idx[keep]], return_inverse=True)
-    item_ids, items = np.unique(items_raw[keep], return_inverse=True)
+    users, user_ids = first_appearance_ids(users_raw[keep])
+    items, item_ids = first_appearance_ids(items_raw[keep])
+    del users_raw, items_raw
     timestamps = timestamps[keep]
     num_users, num_items = len(user_ids), len(item_ids)
     users, items = users.astype(np.int32), items.astype(np.int32)
@@ -184,16 +165,11 @@ def prepare(raw_dir: str, output_dir: str, min_ratings: int = 20, eval_negatives
     test = leave_one_out(users, timestamps)
     test_item = np.empty(num_users, dtype=np.int32)
     test_item[users[test]] = items[test]
-    log(f"drawing {eval_negatives} eval negatives per user (seed {seed})")
-    t1 = time.time()
-    negatives = sample_eval_negatives(users, items, num_users, num_items, eval_negatives, seed)
-    log(f"  drawn in {time.time() - t1:.1f} s")
 
     train_order = np.argsort(users[~test], kind="stable")
     train = np.stack([users[~test][train_order], items[~test][train_order]], axis=1).astype(np.int32)
     del users, items, timestamps, test
-    eval_rows = np.concatenate([np.arange(num_users, dtype=np.int32)[:, None], test_item[:, None], negatives], axis=1)
-    del negatives
+    eval_rows = np.stack([np.arange(num_users, dtype=np.int32), test_item], axis=1)
 
     with StagedOutput(output_dir, overwrite=overwrite) as out:
         bounds = _shard_bounds(train[:, 0], num_users, num_shards)
@@ -207,9 +183,9 @@ def prepare(raw_dir: str, output_dir: str, min_ratings: int = 20, eval_negatives
             out.add(name, rows=hi - lo, split="eval", users=[lo, hi])
             log(f"  wrote shard {k + 1}/{len(bounds)}")
         counts = {"num_users": num_users, "num_items": num_items, "train_positives": int(len(train)),
-                  "eval_users": num_users, "eval_negatives": eval_negatives}
+                  "eval_users": num_users}
         manifest = out.commit("ncf", "movielens-20m", counts,
-                              options={"min_ratings": min_ratings, "seed": seed, "num_shards": len(bounds)},
+                              options={"min_ratings": min_ratings, "num_shards": len(bounds)},
                               source={"file": os.path.abspath(source), "bytes": os.path.getsize(source)})
     log(f"prepared {output_dir}: {counts}")
     return manifest
@@ -224,16 +200,13 @@ def define_flags():
     # absl's --help lists only the main module's own flags: show --raw_dir/--output_dir too.
     flags.adopt_module_key_flags(cli)
     flags.DEFINE_integer("min_ratings", 20, "Drop users with fewer ratings (MLPerf: 20).")
-    flags.DEFINE_integer("eval_negatives", 999, "Eval negatives per user (MLPerf: 999).")
-    flags.DEFINE_integer("seed", 0, "Seed of the eval-negative draw (fixed, so every run evaluates the same set).")
     flags.DEFINE_integer("num_shards", 16, "Number of train/eval shard pairs (contiguous user ranges).")
 
 
 def main(argv):
     del argv
     cli.run_or_report(prepare, FLAGS.raw_dir, FLAGS.output_dir, min_ratings=FLAGS.min_ratings,
-                      eval_negatives=FLAGS.eval_negatives, seed=FLAGS.seed, num_shards=FLAGS.num_shards,
-                      overwrite=FLAGS.overwrite)
+                      num_shards=FLAGS.num_shards, overwrite=FLAGS.overwrite)
 
 
 if __name__ == "__main__":

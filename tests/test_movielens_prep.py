@@ -1,4 +1,5 @@
-"""data_prep.movielens on hand-made ratings.csv files: leave-one-out, negatives, determinism, errors."""
+"""data_prep.movielens on hand-made ratings.csv files: leave-one-out and dense ids as the reference's convert.py,
+errors. (The eval negatives are drawn at run start: tests/test_ncf_input.py.)"""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ def write_csv(path, rows, header="userId,movieId,rating,timestamp"):
 
 
 def tiny_rows():
-    """3 users x 4 ratings over 30 items; user 10's latest rating is a tie (t=500) won by the earlier line."""
+    """3 users x 4 ratings over 30 items; user 10's latest rating is a tie (t=500) between two lines."""
     rows = []
     for user, base in ((10, 100), (20, 200), (30, 300)):
         for j, movie in enumerate((5, 7, 9)):
@@ -35,12 +36,11 @@ def tiny_rows():
     return rows
 
 
-def prepare_tiny(tmp_path, seed=0, rows=None):
+def prepare_tiny(tmp_path, rows=None):
     raw = tmp_path / "raw"
     write_csv(str(raw / "ml-20m" / "ratings.csv"), rows or tiny_rows())
-    out = tmp_path / f"out{seed}"
-    movielens.prepare(str(raw), str(out), min_ratings=4, eval_negatives=5, seed=seed, num_shards=2,
-                      log=lambda _: None)
+    out = tmp_path / "out"
+    movielens.prepare(str(raw), str(out), min_ratings=4, num_shards=2, log=lambda _: None)
     return str(out)
 
 
@@ -50,49 +50,62 @@ def load(data_dir, split):
     return manifest, np.concatenate(parts)
 
 
-def test_leave_one_out_takes_latest_and_breaks_ties_by_file_order(tmp_path):
+def reference_test_items(rows):
+    """The reference's convert.py split, replayed with pandas (mlcommons/training fe17e837, recommendation/pytorch/
+    convert.py + load.py): filter in file order, ids by first appearance, sort_values by the datetime timestamp,
+    pop each user's last item. {original user: original movie}."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=["user_id", "item_id", "rating", "timestamp"])
+    df["timestamp"] = pd.to_datetime(df["timestamp"], unit="s")
+    df = df.groupby("user_id").filter(lambda x: len(x) >= 4)
+    df = df.sort_values(by="timestamp")
+    last = {}
+    for user, item in zip(df["user_id"], df["item_id"]):
+        last[user] = item
+    return last
+
+
+def test_leave_one_out_takes_latest_and_breaks_ties_as_the_reference_sort(tmp_path):
     data_dir = prepare_tiny(tmp_path)
     manifest, eval_rows = load(data_dir, "eval")
     _, train = load(data_dir, "train")
-    # Dense ids follow sorted original ids: users 10,20,30,99 -> 0..3; movies sorted.
-    movies = sorted({r[1] for r in tiny_rows()})
-    test_movie = {user: movies[item] for user, item in eval_rows[:, :2]}
-    assert test_movie == {0: 50, 1: 70, 2: 39, 3: 100}
+    assert eval_rows.shape == (4, 2)      # (user, test item): no negatives in the prepared data
+    # Dense ids in order of first appearance in the file, as the reference's unique() + enumerate.
+    users = list(dict.fromkeys(r[0] for r in tiny_rows()))
+    movies = list(dict.fromkeys(r[1] for r in tiny_rows()))
+    test_movie = {users[user]: movies[item] for user, item in eval_rows}
+    assert test_movie == reference_test_items(tiny_rows())
+    assert test_movie[20] == 70 and test_movie[30] == 39 and test_movie[10] in (50, 60)
     assert manifest["counts"]["num_users"] == 4 and manifest["counts"]["num_items"] == len(movies)
     assert manifest["counts"]["train_positives"] == len(tiny_rows()) - 4 == len(train)
-    train_pairs = {(u, movies[i]) for u, i in train}
-    assert (0, 60) in train_pairs and (0, 50) not in train_pairs
+    train_pairs = {(users[u], movies[i]) for u, i in train}
+    assert {(10, 50), (10, 60)} - train_pairs == {(10, test_movie[10])}
 
 
-def test_eval_negatives_never_rated_unique_and_seeded(tmp_path):
-    data_dir = prepare_tiny(tmp_path, seed=0)
-    _, eval_rows = load(data_dir, "eval")
-    _, train = load(data_dir, "train")
-    rated = {(u, i) for u, i in train} | {(u, i) for u, i in eval_rows[:, :2]}
-    for row in eval_rows:
-        negatives = row[2:]
-        assert len(set(negatives.tolist())) == len(negatives) == 5
-        assert not any((row[0], n) in rated for n in negatives)
-    again = load(prepare_tiny(tmp_path / "again", seed=0), "eval")[1]
-    np.testing.assert_array_equal(eval_rows, again)
-    other = load(prepare_tiny(tmp_path / "other", seed=1), "eval")[1]
-    assert not np.array_equal(eval_rows, other)
+def test_ties_follow_the_reference_quicksort_on_many_ties():
+    """2,000 users x 25 ratings with timestamps from 5 values: most users' latest rating is a tie. The held-out
+    rows equal the pandas replay of the reference's sort (not file order, not a stable sort)."""
+    rng = np.random.default_rng(0)
+    rows = [(u, m, 3.0, int(t)) for u in rng.permutation(2000) for m, t in
+            zip(rng.choice(400, 25, replace=False), rng.integers(0, 5, 25))]
+    users = np.array([r[0] for r in rows])
+    timestamps = np.array([r[3] for r in rows])
+    dense, _ = movielens.first_appearance_ids(users)
+    mask = movielens.leave_one_out(dense, timestamps)
+    ours = {rows[i][0]: rows[i][1] for i in np.flatnonzero(mask)}
+    assert ours == reference_test_items(rows)
+    # A stable sort (file order among ties) picks other rows for many users: the tie rule is really exercised.
+    stable = {}
+    for i in np.argsort(timestamps, kind="stable"):
+        stable[rows[i][0]] = rows[i][1]
+    assert sum(stable[u] != ours[u] for u in ours) > 100
 
 
 def test_users_below_min_ratings_are_dropped(tmp_path):
     rows = tiny_rows() + [(77, 5, 4.0, 1), (77, 7, 4.0, 2)]  # user 77 has 2 ratings
     manifest, eval_rows = load(prepare_tiny(tmp_path, rows=rows), "eval")
     assert manifest["counts"]["num_users"] == 4
-
-
-def test_sampler_is_uniform_over_unrated_items():
-    """Many users rating the same half of the items: every unrated item is drawn about equally often."""
-    users = np.repeat(np.arange(2000), 50)
-    items = np.tile(np.arange(50), 2000)
-    neg = movielens.sample_eval_negatives(users, items, 2000, 100, 20, seed=3)
-    assert neg.min() >= 50
-    counts = np.bincount(neg.ravel(), minlength=100)[50:]
-    assert counts.min() > 0.8 * counts.mean() and counts.max() < 1.2 * counts.mean()
 
 
 def test_manifest_checksums_catch_corruption(tmp_path):
@@ -141,8 +154,7 @@ def test_cli_missing_raw_dir_names_it(tmp_path):
 def test_cli_refuses_to_overwrite_and_verify_command(tmp_path):
     data_dir = prepare_tiny(tmp_path)
     raw = tmp_path / "raw"
-    proc = run_cli("data_prep.movielens", f"--raw_dir={raw}", f"--output_dir={data_dir}", "--eval_negatives=5",
-                   "--min_ratings=4")
+    proc = run_cli("data_prep.movielens", f"--raw_dir={raw}", f"--output_dir={data_dir}", "--min_ratings=4")
     assert proc.returncode == 2 and "already holds a prepared dataset" in proc.stderr
     ok = run_cli("data_prep.verify", f"--data_dir={data_dir}")
     assert ok.returncode == 0 and "ok: movielens-20m" in ok.stdout

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlperf_keras.inputs.ncf import TrainSampler, steps_per_epoch
+from mlperf_keras.inputs.ncf import PAD_LABEL, TrainSampler, steps_per_epoch
 
 
 def make_positives(seed=0, users=50, per_user=30, items=200):
@@ -42,7 +42,28 @@ def test_batches_have_fixed_shape_and_cover_the_epoch():
     batches = list(sampler.batches(0, 64, steps))
     assert steps == 6 and len(batches) == 6  # 350 samples -> 6 batches of 64 (the last one wraps around)
     assert all(len(y) == 64 and len(x[0]) == 64 for x, y in batches)
-    assert sum(y.sum() for _, y in batches) >= len(positives)
+    users = np.concatenate([x[0] for x, _ in batches])
+    items = np.concatenate([x[1] for x, _ in batches])
+    labels = np.concatenate([y for _, y in batches])
+    # The 34 wrapped samples are padding (label PAD_LABEL, no weight in the loss): every real sample once.
+    assert np.all(labels[350:] == PAD_LABEL) and set(np.unique(labels[:350]).tolist()) == {0.0, 1.0}
+    real_positives = sorted(zip(users[:350][labels[:350] == 1].tolist(), items[:350][labels[:350] == 1].tolist()))
+    assert real_positives == sorted(map(tuple, positives.tolist()))
+
+
+def test_padding_samples_weigh_nothing_in_the_loss():
+    """The last batch's padding changes neither the loss nor (so) the gradient: the mean over the real samples,
+    as the reference's smaller last batch."""
+    from keras import ops
+
+    from mlperf_keras.workloads.ncf import NCF
+
+    logits = np.array([2.0, -1.0, 0.5, 3.0, -4.0], np.float32)
+    labels = np.array([1, 0, 1, PAD_LABEL, PAD_LABEL], np.float32)
+    padded = float(NCF().loss(ops.convert_to_tensor(labels), ops.convert_to_tensor(logits)))
+    real = float(NCF().loss(ops.convert_to_tensor(labels[:3]), ops.convert_to_tensor(logits[:3])))
+    expected = np.mean([np.log1p(np.exp(-2.0)), np.log1p(np.exp(-1.0)), np.log1p(np.exp(-0.5))])
+    assert abs(padded - real) < 1e-6 and abs(real - expected) < 1e-5, (padded, real, expected)
 
 
 def test_steps_follow_the_largest_worker():

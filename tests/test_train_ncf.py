@@ -14,7 +14,7 @@ from mlperf_logging.compliance_checker import mlp_compliance
 
 from mlperf_keras import distribute, loop
 from mlperf_keras.compliance import NCF_RULES
-from mlperf_keras.inputs.ncf import load_rows
+from mlperf_keras.inputs.ncf import EvalSet, draw_eval_negatives, load_rows
 from mlperf_keras.metrics.ranking import hits_at_k
 from tests.conftest import ROOT, run_cli, train_values
 
@@ -49,7 +49,7 @@ REQUIRED = ["cache_clear", "init_start", "init_stop", "run_start", "run_stop", "
             "epoch_start", "epoch_stop", "block_start", "block_stop", "eval_start", "eval_stop", "eval_accuracy",
             "opt_name", "opt_base_learning_rate", "opt_adam_beta_1", "opt_adam_beta_2", "opt_adam_epsilon",
             "input_hp_num_neg", "eval_hp_num_neg", "accelerator_model", "accelerator_count", "num_workers",
-            "framework", "keras_backend", "ruleset"]
+            "framework", "keras_backend", "ruleset", "preproc_hp_sample_eval_replacement"]
 
 
 @pytest.mark.parametrize("ruleset, first_epoch", [("0.5", 0), ("0.7", 1)])
@@ -74,6 +74,7 @@ def test_short_run_log_has_every_key_in_order(prepared_ncf, tmp_path, ruleset, f
     times = [e["time_ms"] for e in events]
     assert times == sorted(times)
     assert {e["key"]: e["value"] for e in events}["global_batch_size"] == 4096
+    assert {e["key"]: e["value"] for e in events}["preproc_hp_sample_eval_replacement"] is True
     assert all(e["metadata"]["file"].endswith(".py") and e["metadata"]["file"] != "mlperf_keras/mlperf_log.py"
                for e in events)
 
@@ -106,12 +107,16 @@ def test_runs_never_overwrite_each_other(prepared_ncf, tmp_path):
 
 
 def popularity_hit_rate(data_dir, k=10):
+    """HR@k of ranking by training popularity, on eval negatives drawn as a run draws them (inputs/ncf.py)."""
     manifest = json.load(open(os.path.join(data_dir, "manifest.json")))
     files = [f for f in manifest["files"]]
     train_rows = load_rows(data_dir, [f for f in files if f["split"] == "train"], 2)
-    eval_rows = load_rows(data_dir, [f for f in files if f["split"] == "eval"], 2 + manifest["counts"]["eval_negatives"])
-    popularity = np.bincount(train_rows[:, 1], minlength=manifest["counts"]["num_items"]).astype(np.float32)
-    return hits_at_k(popularity[eval_rows[:, 1:]], k) / len(eval_rows)
+    eval_rows = load_rows(data_dir, [f for f in files if f["split"] == "eval"], 2)
+    num_items = manifest["counts"]["num_items"]
+    negatives = draw_eval_negatives(eval_rows[:, 0], train_rows, num_items, 999, seed=0)
+    eval_set = EvalSet.build(eval_rows[:, 0], eval_rows[:, 1], negatives)
+    popularity = np.bincount(train_rows[:, 1], minlength=num_items).astype(np.float32)
+    return hits_at_k(popularity[eval_set.items], k, eval_set.positive_column, eval_set.duplicate) / len(eval_rows)
 
 
 def test_ncf_beats_popularity_ranking(prepared_ncf, tmp_path):

@@ -3,7 +3,7 @@
 NCF is the one workload whose whole dataset is a few hundred MB of integers, so it is held in NumPy arrays (and on
 the device, for synthetic benchmarks) instead of a tf.data record stream; sampling is vectorised over the epoch.
 Sharding: worker r owns the prepared shards r, r+W, r+2W... (contiguous user ranges), so every user's positives are
-on one worker and the negative check against "items this user rated" stays local.
+on one worker and the negative check against "the user's training items" stays local.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlperf_keras.inputs.manifest import DataError
+
+PAD_LABEL = -1.0   # a sample that only fills the epoch's last batch to a fixed shape: the loss gives it no weight
 
 
 def load_rows(data_dir: str, files: list[dict], columns: int) -> np.ndarray:
@@ -39,10 +41,12 @@ def steps_per_epoch(num_positives_per_worker: list[int], negatives_per_positive:
 class TrainSampler:
     """One epoch = every local positive once + `negatives` sampled negatives each, shuffled, in fixed-size batches.
 
-    Negatives are drawn uniformly from all items and redrawn while they hit an item the user rated (the reference's
-    rejection rule), vectorised: each pass redraws only the collisions. The draw depends on (seed, epoch, rank) only.
+    Negatives are drawn uniformly from all items and redrawn while they hit one of the user's training positives
+    (the reference's rejection rule: dataset.py CFTrainDataset, mlcommons/training fe17e837, checks the training
+    matrix only, so the user's held-out test item can be drawn), vectorised: each pass redraws only the
+    collisions. Random numbers: NumPy's stock PCG64 (np.random.default_rng), from (seed, epoch, rank) only.
 
-    An epoch at ml-20m size is 102.7 M samples, and building it on one core takes about 20 s (benchmarks/
+    An epoch at ml-20m size is 99.3 M samples (19,861,770 positives x 5), and building it on one core takes about 20 s (benchmarks/
     ncf_pipeline.py): far slower than a GPU trains it. So the work is split into CHUNKS fixed pieces, each with its
     own random stream (the result does not depend on how many threads run them), run on `threads` threads (NumPy
     releases the GIL in these loops). The shuffle is a parallel one: every sample goes to one of CHUNKS buckets
@@ -121,33 +125,117 @@ class TrainSampler:
         return out_users, out_items, labels
 
     def batches(self, epoch: int, batch_size: int, steps: int):
-        """`steps` batches of exactly batch_size; the epoch wraps around at the end so shapes never change."""
+        """`steps` batches of exactly batch_size. Past the end of the epoch the batch is filled from its start with
+        label PAD_LABEL, which the loss ignores (workloads/ncf.py), so shapes never change and every sample trains
+        exactly once per epoch."""
         users, items, labels = self.epoch(epoch)
         n = len(users)
         for step in range(steps):
-            idx = np.arange(step * batch_size, (step + 1) * batch_size) % n
-            yield (users[idx], items[idx]), labels[idx]
+            position = np.arange(step * batch_size, (step + 1) * batch_size)
+            idx = position % n
+            yield (users[idx], items[idx]), np.where(position < n, labels[idx], np.float32(PAD_LABEL))
+
+
+MAX_EVAL_ROUNDS = 10_000   # redraw rounds for eval negatives; a user with almost no unrated item needs many
+
+
+def draw_eval_negatives(users: np.ndarray, positives: np.ndarray, num_items: int, count: int,
+                        seed: int) -> np.ndarray:
+    """(len(users), count) int32: per user, `count` items drawn uniformly WITH replacement from the items that are
+    not among the user's training positives, so repeats occur and the held-out test item can be drawn.
+
+    As the reference: convert.py draws np.random.choice(sorted(all_items - user's training items), 999), whose
+    default is replace=True, and logs preproc_hp_sample_eval_replacement: true; it runs after run_start, so the
+    draw is on the clock (mlcommons/training fe17e837ed12974d15c86d5173fe8f2c188434d5,
+    recommendation/pytorch/convert.py). NVIDIA's v0.5 submission draws them the same way on the GPU after
+    run_start (training_results_v0.5 v0.5.0/nvidia/submission/code/recommendation/pytorch/ncf.py, generate_neg:
+    uniform over all items, redrawn while the item is a training positive), and so does this function: stock
+    keras.random.randint from one keras.random.SeedGenerator(seed) (jax.random on JAX, TensorFlow's stateless
+    ops on TensorFlow), on the backend's default device (the GPU when there is one). Rejection keeps the draw
+    uniform over the unrated items; a user with fewer unrated items than `count` simply gets repeats.
+    positives: this worker's training (user, item) rows, holding every training positive of `users`.
+    """
+    from keras import ops, random
+
+    from mlperf_keras.inputs.ncf_device import rated_mask
+
+    users = np.asarray(users, np.int32)
+    keys = np.unique(positives[:, 0].astype(np.int64) * num_items + positives[:, 1])
+    rated_users, rated_items = (keys // num_items).astype(np.int32), (keys % num_items).astype(np.int32)
+    start = np.searchsorted(rated_users, users, "left").astype(np.int32)
+    end = np.searchsorted(rated_users, users, "right").astype(np.int32)
+    full = np.flatnonzero(end - start >= num_items)
+    if full.size:
+        raise DataError(f"user index {users[full[0]]} rated all {num_items} items: no eval negative can be drawn")
+    generator = random.SeedGenerator(seed)
+    total = len(users) * count
+
+    def draw(size):
+        return random.randint((size,), 0, num_items, seed=generator, dtype="int32")
+
+    drawn = draw(total)
+    if not len(rated_items):
+        return np.asarray(drawn).reshape(len(users), count)
+    steps = max(1, int(np.ceil(np.log2(int((end - start).max()) + 1))))
+    sorted_items = ops.convert_to_tensor(rated_items)
+    lo, hi = np.repeat(start, count), np.repeat(end, count)
+    pending = np.flatnonzero(np.asarray(rated_mask(sorted_items, ops.convert_to_tensor(lo),
+                                                   ops.convert_to_tensor(hi), drawn, steps)))
+    drawn = np.array(drawn)
+    for _ in range(MAX_EVAL_ROUNDS):
+        if not pending.size:
+            return drawn.reshape(len(users), count)
+        # Redraw only the rejected ones, padded to a power of two so only a few shapes are ever compiled.
+        size = 1 << int(pending.size - 1).bit_length()
+        pad = size - pending.size
+        new = draw(size)
+        # Padding rows search the empty block [0, 0): never rated.
+        rated = np.asarray(rated_mask(sorted_items, ops.convert_to_tensor(np.pad(lo[pending], (0, pad))),
+                                      ops.convert_to_tensor(np.pad(hi[pending], (0, pad))), new, steps))
+        drawn[pending] = np.asarray(new)[:pending.size]
+        pending = pending[rated[:pending.size]]
+    raise DataError(f"{pending.size} eval negatives found no unrated item in {MAX_EVAL_ROUNDS} draws: a user has "
+                    f"rated nearly all {num_items} items")
+
+
+def duplicate_mask(items: np.ndarray) -> np.ndarray:
+    """(users, candidates) bool: True where the item already occurred in an earlier column of its row. Computed
+    with keras.ops (on the device when there is one), as NVIDIA computes its dup_mask on the GPU."""
+    from keras import ops
+
+    width = items.shape[1]
+    if int(items.max(initial=0)) >= (2**31 - 1) // width:
+        raise DataError(f"{int(items.max()) + 1} items x {width} candidates overflow int32 sort keys")
+    items = ops.convert_to_tensor(np.asarray(items, np.int32))
+    key = items * width + ops.arange(width, dtype="int32")[None, :]   # unique per row: any sort is stable
+    order = ops.argsort(key, axis=1)
+    in_order = ops.take_along_axis(items, order, axis=1)
+    repeat = ops.concatenate([ops.zeros_like(in_order[:, :1], dtype="bool"),
+                              ops.equal(in_order[:, 1:], in_order[:, :-1])], axis=1)
+    return np.asarray(ops.take_along_axis(repeat, ops.argsort(order, axis=1), axis=1))
 
 
 @dataclass
 class EvalSet:
-    """Per user: [user, test item, negatives...] as an int32 matrix."""
-    rows: np.ndarray
+    """Per user: the candidates in the reference's order, the negatives then the held-out test item (ncf.py
+    eval_one appends the test item to the negatives), which of them repeat an earlier column, and the column where
+    the test item first occurs (metrics/ranking.hits_at_k)."""
+    users: np.ndarray            # (U,) int32
+    items: np.ndarray            # (U, negatives + 1) int32
+    duplicate: np.ndarray        # (U, negatives + 1) bool
+    positive_column: np.ndarray  # (U,) int
+
+    @classmethod
+    def build(cls, users: np.ndarray, test_items: np.ndarray, negatives: np.ndarray) -> "EvalSet":
+        items = np.concatenate([negatives, np.asarray(test_items, np.int32)[:, None]], axis=1).astype(np.int32)
+        positive_column = np.argmax(items == items[:, -1:], axis=1)
+        return cls(np.asarray(users, np.int32), items, duplicate_mask(items), positive_column)
 
     @property
     def num_users(self) -> int:
-        return len(self.rows)
+        return len(self.users)
 
     def candidates(self, lo: int, hi: int):
-        """Flattened (users, items) for users lo..hi; the positive is column 0 of each user's block."""
-        block = self.rows[lo:hi]
-        width = block.shape[1] - 1
-        users = np.repeat(block[:, 0], width)
-        items = block[:, 1:].reshape(-1)
-        return users, items, width
-
-
-def synthetic_eval_rows(num_users: int, num_items: int, negatives: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed + 1)
-    cand = rng.integers(0, num_items, size=(num_users, negatives + 1), dtype=np.int32)
-    return np.concatenate([np.arange(num_users, dtype=np.int32)[:, None], cand], axis=1)
+        """Flattened (users, items) for users lo..hi, and the number of candidates per user."""
+        width = self.items.shape[1]
+        return np.repeat(self.users[lo:hi], width), self.items[lo:hi].reshape(-1), width

@@ -1,18 +1,27 @@
 """NCF's training epoch built on the accelerator, in one compiled function written in keras.ops.
 
-Why: at ml-20m size an epoch is 102.7 M samples. An H200 trains it in about 0.5 s, while the host build
-(inputs/ncf.TrainSampler) takes about 14 s on two cores and still 2.7 s serially on any number of cores. Here the
-positives stay on the device, and per epoch only six 32-bit keys cross from the host; the epoch is the same
-distribution as the host sampler's (and the reference's):
+Why: at ml-20m size an epoch is 99.3 M samples (19,861,770 training positives x 5). An H200 trains it in about
+0.5 s, while the host build (inputs/ncf.TrainSampler) takes about 14 s on two cores and still 2.7 s serially on any
+number of cores. Here the positives stay on the device, and per epoch only a few 32-bit keys cross from the host;
+the epoch is the same distribution as the host sampler's (and the reference's):
 - every local positive once, label 1;
-- `negatives` items per positive drawn uniformly from all items and redrawn while the user rated them, label 0;
+- `negatives` items per positive drawn uniformly from all items and redrawn while the item is one of the user's
+  training positives (the reference's dataset.py rejection rule), label 0;
 - the whole epoch in a uniformly random order, in `steps` batches of `batch` (the end wraps to the start so every
-  batch has the same shape, as TrainSampler.batches does).
+  batch has the same shape, the repeats labelled PAD_LABEL for the loss to ignore, as TrainSampler.batches does).
 
-Randomness is counter-based (mlperf_keras/counter_hash.py): bits are a pure function of an index and six 32-bit
-keys per epoch, the same on TensorFlow and JAX. keras.random.shuffle is not used: it sorts float32 keys, whose 24
-random bits tie hundreds of thousands of pairs at 100 M elements. The shuffle sorts twice by 31-bit keys, the
-second time over the result of the first, as jax.random.permutation does: ties are then resolved by 62 bits.
+Random numbers, two choices:
+- "stock" (closed division, the default): the framework's own generators. On JAX jax.random (the default
+  threefry2x32 key; jax.random.randint for the negatives, jax.random.permutation for the shuffle); on TensorFlow
+  the stateless Philox ops (tf.random.stateless_uniform; the shuffle sorts twice by 32-bit stateless keys, as
+  jax.random.permutation does, since TensorFlow has no stateless permutation that XLA compiles). Per epoch the
+  key is derived from (seed, epoch, rank) by NumPy's SeedSequence; each redraw round and the shuffle fold their
+  own index into it.
+- "hash" (only with --division=open): counter-based bits (mlperf_keras/counter_hash.py), a pure function of an
+  index and six 32-bit keys per epoch, the same on TensorFlow and JAX and cheaper than threefry. Not a stock
+  generator, so the closed division may not use it.
+keras.random.shuffle is not used for either: on TensorFlow it sorts float32 keys, whose 24 random bits tie
+hundreds of thousands of pairs at 100 M elements. The two-sort shuffle resolves ties by 62 bits.
 
 The rejection test is a binary search of each negative's item in its user's sorted block of rated items (the
 positives sorted by user, then item): int32 only, so ml-20m's 138,493 x 26,744 keys need no 64-bit integers,
@@ -26,8 +35,63 @@ import numpy as np
 
 from mlperf_keras.counter_hash import GOLDEN, mix, random_bits
 from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.inputs.ncf import PAD_LABEL
 
 MAX_ROUNDS = 1000   # redraw rounds; a user who rated (almost) every item could otherwise never get a negative
+RANDOM_SOURCES = ("stock", "hash")
+_SHUFFLE_STREAM = 2**31 - 1   # folded into the epoch key for the shuffle; the redraw rounds fold 0, 1, 2...
+
+
+def _backend() -> str:
+    import keras
+
+    return keras.backend.backend()
+
+
+def stock_randint(key, stream, size: int, maxval: int):
+    """(size,) int32 uniform in [0, maxval) from the backend's stock generator; key: (2,) uint32 tensor; stream:
+    an int32 scalar (traced or not) giving this draw its own substream."""
+    if _backend() == "jax":
+        import jax
+
+        return jax.random.randint(jax.random.fold_in(key, stream), (size,), 0, maxval, dtype="int32")
+    import tensorflow as tf
+
+    seed = tf.random.experimental.stateless_fold_in(tf.cast(key, tf.int64), tf.cast(stream, tf.int64))
+    return tf.random.stateless_uniform((size,), seed, minval=0, maxval=maxval, dtype=tf.int32)
+
+
+def stock_permutation(key, stream, n: int):
+    """A uniformly random permutation of range(n) (int32) from the backend's stock generator."""
+    if _backend() == "jax":
+        import jax
+
+        return jax.random.permutation(jax.random.fold_in(key, stream), n).astype("int32")
+    import tensorflow as tf
+
+    seed = tf.random.experimental.stateless_fold_in(tf.cast(key, tf.int64), tf.cast(stream, tf.int64))
+    first, second = (tf.random.stateless_uniform((n,), tf.random.experimental.stateless_fold_in(seed, k),
+                                                 minval=None, maxval=None, dtype=tf.int32) for k in (0, 1))
+    # Sorting by one set of 32-bit keys leaves ties in input order; permuting that result by a second independent
+    # sort leaves only pairs that tie in both (64 bits), as jax.random.permutation's repeated sorts do.
+    return tf.gather(tf.argsort(first, stable=True), tf.argsort(second, stable=True))
+
+
+def rated_mask(sorted_items, lo, end, items, search_steps: int):
+    """Is items[i] in sorted_items[lo[i]:end[i]]? A vectorised lower-bound binary search in keras.ops, int32 only;
+    search_steps >= log2(longest block + 1). sorted_items must not be empty."""
+    from keras import ops
+
+    last = ops.shape(sorted_items)[0] - 1
+    hi = end
+    for _ in range(search_steps):
+        active = ops.less(lo, hi)
+        mid = ops.floor_divide(lo + hi, 2)
+        smaller = ops.less(ops.take(sorted_items, ops.minimum(mid, last)), items)
+        lo = ops.where(ops.logical_and(active, smaller), mid + 1, lo)
+        hi = ops.where(ops.logical_and(active, ops.logical_not(smaller)), mid, hi)
+    found = ops.equal(ops.take(sorted_items, ops.minimum(lo, last)), items)
+    return ops.logical_and(ops.less(lo, end), found)
 
 
 def _sort_key(counters, key0, key1):
@@ -37,11 +101,17 @@ def _sort_key(counters, key0, key1):
 
 
 class DeviceTrainSampler:
-    """inputs/ncf.TrainSampler's epoch computed on the device: the same constructor arguments (less `threads`), and
-    batches() yields ((users, items), labels) as device tensors instead of NumPy arrays."""
+    """inputs/ncf.TrainSampler's epoch computed on the device: the same constructor arguments (less `threads`, plus
+    `random`: "stock" or "hash", see the module docstring), and batches() yields ((users, items), labels) as device
+    tensors instead of NumPy arrays."""
 
-    def __init__(self, positives: np.ndarray, num_items: int, negatives: int, seed: int, rank: int = 0):
+    def __init__(self, positives: np.ndarray, num_items: int, negatives: int, seed: int, rank: int = 0,
+                 random: str = "stock"):
         from keras import ops
+
+        if random not in RANDOM_SOURCES:
+            raise ValueError(f"random={random!r}: choose one of {RANDOM_SOURCES}")
+        self.random = random
 
         users, items = positives[:, 0].astype(np.int32), positives[:, 1].astype(np.int32)
         order = np.lexsort((items, users))
@@ -77,19 +147,11 @@ class DeviceTrainSampler:
 
         positives, k, num_items = self.num_positives, self.negatives, self.num_items
         total, search_steps = positives * (1 + k), self.search_steps
-        last = positives - 1
 
         def is_rated(sorted_items, lo, end, items):
-            """lower_bound of each item in sorted_items[lo:end], vectorised; then equal?"""
-            hi = end
-            for _ in range(search_steps):
-                active = ops.less(lo, hi)
-                mid = ops.floor_divide(lo + hi, 2)
-                smaller = ops.less(ops.take(sorted_items, ops.minimum(mid, last)), items)
-                lo = ops.where(ops.logical_and(active, smaller), mid + 1, lo)
-                hi = ops.where(ops.logical_and(active, ops.logical_not(smaller)), mid, hi)
-            found = ops.equal(ops.take(sorted_items, ops.minimum(lo, last)), items)
-            return ops.logical_and(ops.less(lo, end), found)
+            return rated_mask(sorted_items, lo, end, items, search_steps)
+
+        stock = self.random == "stock"
 
         def epoch(users, items, block_start, block_end, keys):
             counters = ops.cast(ops.arange(positives * k, dtype="int32"), "uint32")
@@ -97,6 +159,8 @@ class DeviceTrainSampler:
             lo, end = ops.repeat(block_start, k), ops.repeat(block_end, k)
 
             def draw(round_index):
+                if stock:
+                    return stock_randint(keys[:2], round_index, positives * k, num_items)
                 round_key = mix(ops.bitwise_xor(keys[0], ops.multiply(ops.cast(round_index, "uint32"),
                                                                         np.uint32(GOLDEN))))
                 bits = random_bits(counters, round_key, keys[1])
@@ -114,16 +178,22 @@ class DeviceTrainSampler:
 
             rounds, neg_items, rated = ops.while_loop(more, redraw, state)
 
-            index = ops.cast(ops.arange(total, dtype="int32"), "uint32")
-            order = ops.argsort(_sort_key(index, keys[2], keys[3]))
-            order = ops.take(order, ops.argsort(_sort_key(index, keys[4], keys[5])))
-            # Exactly steps x batch samples: the end wraps around to the start of the shuffled epoch.
-            order = ops.take(order, ops.mod(ops.arange(steps * batch, dtype="int32"), total))
+            if stock:
+                order = stock_permutation(keys[:2], _SHUFFLE_STREAM, total)
+            else:
+                index = ops.cast(ops.arange(total, dtype="int32"), "uint32")
+                order = ops.argsort(_sort_key(index, keys[2], keys[3]))
+                order = ops.take(order, ops.argsort(_sort_key(index, keys[4], keys[5])))
+            # Exactly steps x batch samples: the end wraps around to the start of the shuffled epoch, labelled
+            # PAD_LABEL so the loss ignores the repeats (every sample trains once per epoch).
+            position = ops.arange(steps * batch, dtype="int32")
+            order = ops.take(order, ops.mod(position, total))
             all_users = ops.concatenate([users, neg_users])
             all_items = ops.concatenate([items, neg_items])
             shape = (steps, batch)
             return (ops.reshape(ops.take(all_users, order), shape), ops.reshape(ops.take(all_items, order), shape),
-                    ops.reshape(ops.cast(ops.less(order, positives), "float32"), shape),
+                    ops.reshape(ops.where(ops.less(position, total), ops.cast(ops.less(order, positives), "float32"),
+                                          PAD_LABEL), shape),
                     ops.sum(ops.cast(rated, "int32")), rounds)
 
         return compile_function(epoch)
