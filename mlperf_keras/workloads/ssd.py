@@ -208,8 +208,14 @@ class SSD(Workload):
 
 class _CocoTrainData(TrainData):
     def __init__(self, config, rank, paths, steps, samples):
+        from mlperf_keras.inputs import boxes
+
         self.config, self.rank, self.paths = config, rank, paths
         self.steps_per_epoch, self.samples_per_epoch = steps, samples
+        # This worker's trainable images, counted once (one read of its files): every epoch serves each of them
+        # exactly once and fails up front when its share does not fit in an epoch.
+        self.num_images = boxes.count_images(paths, skip_crowd=config.hparams["skip_crowd"])
+        boxes.check_epoch_fits(self.num_images, config.per_worker_batch_size, steps, paths)
 
     def batches(self, epoch):
         from mlperf_keras.inputs import boxes, records
@@ -218,7 +224,8 @@ class _CocoTrainData(TrainData):
         return records.backend_batches(boxes.ssd_train_dataset(
             self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
-            max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"]))
+            max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"],
+            num_images=self.num_images))
 
 
 class _SyntheticTrainData(TrainData):
