@@ -96,7 +96,7 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
     return RunConfig(
         model=values.model, ruleset=values.ruleset, seed=seed, precision=values.precision,
         global_batch_size=global_batch,
-        max_epochs=values.max_epochs or workload.default_max_epochs,
+        max_epochs=values.max_epochs or workload.default_epochs(hparams),
         hparams=hparams,
         quality_target=workload.demo_target if demo else quality_target(values.model, values.ruleset),
         data_dir=values.data_dir, output_dir=values.output_dir, synthetic=values.synthetic, demo=demo,
