@@ -5,15 +5,28 @@ momentum 0.9 / epsilon 1e-5, optional zero-init of each block's last gamma), a 1
 --hparams=num_classes=1001: class 0 is then the reference's unused background class and labels shift by one).
 
 Optimisation, per ruleset (every value is an --hparams key):
-- v0.5, the TF1 reference: SGD momentum 0.9 (tf.train.MomentumOptimizer), base LR 0.128 x batch/256, linear warmup
-  over 5 epochs from 0, x0.1 at epochs 30, 60, 80 and 90, L2 weight decay 1e-4 on every variable but batch-norm
-  parameters (optimizers.MomentumSGD), no label smoothing.
-- v0.6 and v0.7, the LARS reference (mlcommons/training image_classification/tensorflow2): LARS (optimizers.LARS,
-  eta 0.001, epsilon 0, momentum 0.9, weight decay 2e-4 inside the update, batch norm and bias skipped), base LR
-  from the reference's table by global batch (10 below 16k, 25 below 32k, 31.2 above) unless learning_rate is set
-  (learning_rate=0 means the reference's value for the chosen optimizer: that table, or 0.128 per 256 for SGD),
-  linear warmup 5 epochs then polynomial decay (power 2, end LR 1e-4) over train_epochs=41, label smoothing 0.1.
-  optimizer=sgd,lr_schedule=poly (allowed from v0.7) gives SGD with the same warmup + polynomial decay.
+- v0.5, the TF1 reference (mlcommons/training v0.5 tag, image_classification/tensorflow/official/resnet): SGD
+  momentum 0.9 (tf.train.MomentumOptimizer), base LR 0.128 x batch/256, linear warmup over 5 epochs from 0, x0.1 at
+  epochs 30, 60, 80 and 90, L2 weight decay 1e-4 on every variable but batch-norm parameters (optimizers.MomentumSGD),
+  no label smoothing, classifier kernel glorot-uniform (tf.layers.dense's default).
+- v0.6 and v0.7: LARS (optimizers.LARS, eta 0.001, epsilon 0, momentum 0.9, weight decay 2e-4 inside the update,
+  batch norm and bias skipped), base LR and warmup epochs from the TF2 LARS reference's table by global batch
+  (mlcommons/training e8210745 image_classification/tensorflow2/lars_util.py: 10 and 5 below 16k, 25 and 5 below 32k,
+  31.2 and 25 above) unless learning_rate / warmup_epochs are set (learning_rate=0 means the reference's value for
+  the chosen optimizer: that table, or 0.128 per 256 for SGD), then polynomial decay (power 2, end LR 1e-4) until
+  train_epochs=41 (that reference's README command), where the run ends; label smoothing 0.1; classifier kernel
+  N(0, 0.01) (from mlcommons/training 6cb3d426 on). optimizer=sgd,lr_schedule=poly (allowed from v0.7) gives SGD with
+  the same warmup + polynomial decay.
+
+Differences from the references:
+- the TF2 LARS reference was published after v0.7 (May 2021, the v1.0 round). The TF1 reference the v0.6 and v0.7
+  rounds shipped (mlcommons/training 6cb3d426, resnet_run_loop.py poly_rate_fn) has another table (LR 5, 10, 25
+  and 32 with 5, 5, 5 and 14 warmup epochs below batch 8k, 16k, 32k and above), decays over a hard-coded 90 epochs,
+  and adds an L2 term to the loss on top of LARS' own decay (see optimizers.lars). The v0.7 checker
+  (closed_resnet_lars.yaml) checks end LR 1e-4, power 2, epsilon 0 and the weight decay, not the base LR, warmup
+  epochs or decay steps.
+- the v0.5 reference's head has 1001 classes (class 0 unused); here 1000 unless num_classes=1001.
+
 Input: data_prep.imagenet records; inputs.image's reference preprocessing; uint8 until the model's first layer.
 """
 from __future__ import annotations
