@@ -121,7 +121,8 @@ def test_mixed_precision_keeps_float32_outputs():
     finally:
         keras.mixed_precision.set_global_policy("float32")
     assert model.get_layer("stage1_block1_1_conv").compute_dtype == "bfloat16"
-    # Heads compute in bf16 as the reference's under autocast; their flattened outputs are float32.
+    # Heads compute in bf16 under mixed precision (the reference is float32 throughout); their flattened outputs are
+    # float32.
     assert all(model.get_layer(f"{h}{k}").compute_dtype == "bfloat16" for h in ("loc", "conf") for k in range(1, 7))
     assert all(model.get_layer(f"{h}{k}_flat").compute_dtype == "float32" for h in ("loc", "conf") for k in range(1, 7))
     loc, logits = model(np.zeros((1, 300, 300, 3), np.uint8))

@@ -346,15 +346,14 @@ def ssd_train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, bat
     paths: the worker's record files (records.worker_files). Each image with an object (after dropping crowd objects
     when skip_crowd) comes exactly once per epoch, in an order shuffled per (seed, epoch) (file order, then a seeded
     shuffle buffer), and the epoch's remaining samples wrap around (ssd_train_examples); each image gets its own
-    stateless seed from (seed, epoch, rank, position). num_images: how many such images `paths` hold (counted here,
-    reading the files once, when None); more than num_batches x batch_size fails (DataError) rather than leaving
-    images out. max_samples: crop attempts per mode (MLPerf: 1 or 50; logged as `max_samples`). threads: private
+    stateless seed from (seed, epoch, rank, position). num_images: how many such images `paths` hold (count_images;
+    the workload counts them once per run): none, or more than num_batches x batch_size, fails (DataError) rather
+    than leaving images out; None skips the check (a benchmark timing part of an epoch). max_samples: crop attempts per mode (MLPerf: 1 or 50; logged as `max_samples`). threads: private
     tf.data thread pool size (None: TensorFlow's default pool).
     """
     check_max_samples(max_samples)
-    if num_images is None:
-        num_images = count_images(paths, skip_crowd=skip_crowd)
-    check_epoch_fits(num_images, batch_size, num_batches, paths)
+    if num_images is not None:
+        check_epoch_fits(num_images, batch_size, num_batches, paths)
     e_seed = image.epoch_seed(seed, epoch)
     dataset = ssd_train_examples(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
                                  shuffle_buffer=shuffle_buffer, skip_crowd=skip_crowd,

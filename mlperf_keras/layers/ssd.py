@@ -1,7 +1,8 @@
 """SSD300 with a ResNet-34 backbone (the MLPerf "ssd" model), its multibox loss and the pretrained-backbone loader.
 
 keras.layers / keras.ops only: builds and trains on TensorFlow and on JAX. As the MLPerf reference
-(mlcommons/training single_stage_detector/ssd, v0.6/v0.7: ssd300.py `SSD300`, `ResNet34`; base_model.py `Loss`):
+(mlcommons/training single_stage_detector/ssd at 0badcd1 (v0.5), d99c36dc (v0.6) and f9e0e82d (v0.7): ssd300.py
+`SSD300`; base_model.py `ResNet34`, `Loss`):
 - normalisation as torchvision's, inside the model: (x / 255 - [0.485, 0.456, 0.406]) / [0.229, 0.224, 0.225];
 - backbone: torchvision's ResNet-34 up to layer3 (conv1, bn1, relu, maxpool, layer1..layer3; layer4, the pool and
   the classifier are dropped) with layer3's first block at stride 1 (its conv1 and downsample), so the first feature
@@ -84,8 +85,9 @@ def _extra_block(x, mid: int, out: int, stride: int, name: str):
 def _head(x, boxes: int, per_box: int, name: str):
     """3x3 convolution with bias, reshaped to (N, H x W x boxes, per_box) in float32: cell-major, box inside.
 
-    The convolution runs in the compute dtype (bf16/fp16 under mixed precision, as the reference's heads under
-    autocast; they are 14% of the model's FLOPs); only its output is cast to float32, for the loss and decoding."""
+    The convolution runs in the compute dtype (bf16/fp16 under mixed precision; the reference trains in float32, as
+    --precision=fp32 does here; the heads are 14% of the model's FLOPs); only its output is cast to float32, for the
+    loss and decoding."""
     y = layers.Conv2D(boxes * per_box, 3, padding="same", kernel_initializer=_xavier(),
                       bias_initializer=_torch_bias(9 * x.shape[-1]), name=name)(x)
     height, width = y.shape[1], y.shape[2]

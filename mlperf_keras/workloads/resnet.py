@@ -259,7 +259,8 @@ class ResNet50(Workload):
         hp = config.hparams
         paths = records.worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
         return _ImageNetTrainData(config, dist, paths, self.steps_per_epoch(config, manifest),
-                                  hp["train_images"], self._label_offset(config, manifest))
+                                  hp["train_images"], self._label_offset(config, manifest),
+                                  records.worker_rows(manifest, "train", dist.rank, dist.world_size))
 
     def synthetic_train_data(self, config, dist):
         return _SyntheticTrainData(config, dist.rank, self.steps_per_epoch(config, None))
@@ -314,10 +315,13 @@ class ResNet50(Workload):
 
 
 class _ImageNetTrainData(TrainData):
-    def __init__(self, config, dist, paths, steps, samples, label_offset):
+    def __init__(self, config, dist, paths, steps, samples, label_offset, worker_images):
+        from mlperf_keras.inputs import image
+
         self.config, self.rank, self.paths = config, dist.rank, paths
         self.steps_per_epoch, self.samples_per_epoch = steps, samples
-        self.label_offset = label_offset
+        self.label_offset, self.worker_images = label_offset, worker_images
+        image.check_epoch_fits(worker_images, config.per_worker_batch_size, steps)   # fail now, not at epoch 1
 
     def dataset(self, epoch):
         from mlperf_keras.inputs import image
@@ -329,7 +333,7 @@ class _ImageNetTrainData(TrainData):
             self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
             image_size=hp["image_size"], crop=crop, shuffle_buffer=hp["shuffle_buffer"],
-            label_offset=self.label_offset)
+            label_offset=self.label_offset, num_images=self.worker_images)
 
     def batches(self, epoch):
         from mlperf_keras.inputs import records
