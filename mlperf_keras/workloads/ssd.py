@@ -17,11 +17,18 @@ As the MLPerf reference (mlcommons/training single_stage_detector/ssd, the PyTor
 - evaluation: v0.5/v0.6 at iterations 120k, 160k, 180k, 200k, 220k and 240k of batch 32, v0.7 after epochs 40, 50,
   55, ..., 80; target 0.212 (v0.5) / 0.23.
 
-Differences, on purpose:
-- The 1.0.0 checker demands opt_learning_rate_warmup_steps >= 1, while the reference's warmup is off unless asked
-  for; here it is on by default (warmup_epochs=1.0). warmup_epochs=0 is refused.
-- (Not a difference: as the reference, batch-norm statistics are averaged across workers before each evaluation;
-  loop.py does it for every workload.)
+Differences from the reference (mlcommons/training single_stage_detector/ssd at 0badcd1 (v0.5), d99c36dc (v0.6) and
+f9e0e82d (v0.7)), on purpose:
+- The checkers demand opt_learning_rate_warmup_steps > 0 (0.6.0) / >= 1 (1.0.0), while the reference's warmup is off
+  unless asked for (v0.5 has none); here it is on by default (warmup_epochs=1.0). warmup_epochs=0 is refused.
+- The v0.5/v0.6 evaluations run after the epoch that holds each iteration, not at the iteration.
+- v0.5's LR is scaled by batch / 32; its reference ran one GPU at batch 32 with a fixed 1e-3.
+- Data order (inputs.boxes.ssd_train_dataset): record files split between workers, each worker's images once per
+  epoch through a shuffle buffer, the last batch filled by wrapping; the reference shuffles indices (v0.7:
+  DistributedSampler, padded by wrapping) and ends an epoch with a smaller batch. A worker whose share does not fit
+  in its epoch is refused (DataError) rather than dropping images.
+- (Not a difference: as the v0.7 reference's train.py, batch-norm statistics are averaged across workers before each
+  evaluation; loop.py does it for every workload.)
 """
 from __future__ import annotations
 
