@@ -255,6 +255,7 @@ def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
     proc = subprocess.run(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m",
                            "mlperf_keras.train", "--model=ssd", f"--data_dir={prepared}", f"--output_dir={out}",
                            "--seed=4", "--ruleset=0.7", "--max_epochs=1", "--batch_size=4", "--nojit_compile",
+                           "--backbone_weights=none",
                            f"--hparams={TINY},eval_epochs=1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
