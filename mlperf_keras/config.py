@@ -136,7 +136,7 @@ class RunConfig:
     system: SystemInfo
     eval_offset: int = 0            # epochs to shift the eval cadence by (resnet allows 0-3)
     progress_seconds: float = 30.0  # in-epoch progress line interval
-    backbone_weights: str | None = None  # an ImageNet-trained backbone to start from (ssd); "none": random, asked for
+    backbone_weights: str | None = None  # an ImageNet-trained backbone to start from (ssd); "none": random weights
 
     @property
     def per_worker_batch_size(self) -> int:

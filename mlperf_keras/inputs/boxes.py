@@ -348,8 +348,9 @@ def ssd_train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, bat
     shuffle buffer), and the epoch's remaining samples wrap around (ssd_train_examples); each image gets its own
     stateless seed from (seed, epoch, rank, position). num_images: how many such images `paths` hold (count_images;
     the workload counts them once per run): none, or more than num_batches x batch_size, fails (DataError) rather
-    than leaving images out; None skips the check (a benchmark timing part of an epoch). max_samples: crop attempts per mode (MLPerf: 1 or 50; logged as `max_samples`). threads: private
-    tf.data thread pool size (None: TensorFlow's default pool).
+    than leaving images out; None skips the check (a benchmark timing part of an epoch). max_samples: crop attempts
+    per mode (MLPerf: 1 or 50; logged as `max_samples`). threads: private tf.data thread pool size (None:
+    TensorFlow's default pool).
     """
     check_max_samples(max_samples)
     if num_images is not None:

@@ -10,10 +10,10 @@ As the MLPerf reference (mlcommons/training single_stage_detector/ssd, the PyTor
   encoded against the default boxes); images without annotations are left out of training and evaluation, as the
   reference's COCODetection does (117,266 train / 4,952 val images);
 - optimisation: SGD momentum 0.9 with L2 weight decay 5e-4 on every parameter (torch.optim.SGD's weight_decay), LR
-  2.5e-3 per 32 images (v0.5: 1e-3, which its single-GPU reference never scaled), linear warmup from 0 (warmup factor 0) over warmup_epochs; x0.1 twice: v0.5/v0.6 at
-  iterations 160k and 200k of batch 32, i.e. from update (160,000 x 32) // global batch on (epochs 43.66 and 54.58
-  of COCO's 117,266 images; hparam decay_iterations), v0.7 at the start of epochs 40 and 50 (decay_epochs, each
-  scalable by 1 + k/10, the rules' allowance);
+  2.5e-3 per 32 images (v0.5: 1e-3, which its single-GPU reference never scaled), linear warmup from 0 (warmup
+  factor 0) over warmup_epochs; x0.1 twice: v0.5/v0.6 at iterations 160k and 200k of batch 32, i.e. from update
+  (160,000 x 32) // global batch on (epochs 43.66 and 54.58 of COCO's 117,266 images; hparam decay_iterations), v0.7
+  at the start of epochs 40 and 50 (decay_epochs, each scalable by 1 + k/10, the rules' allowance);
 - evaluation: v0.5/v0.6 at iterations 120k, 160k, 180k, 200k, 220k and 240k of batch 32, v0.7 after epochs 40, 50,
   55, ..., 80; target 0.212 (v0.5) / 0.23.
 
