@@ -8,7 +8,8 @@ built with random weights and random batch-norm statistics (so an unconverted or
    same random uint8 image runs through both (inference, float32, full-precision matmuls/convolutions); prints the
    max abs difference of the 38x38x256 feature map (the reference ResNet34's output: conv1..layer3 with layer3's
    first block at stride 1);
-2. a faithful PyTorch SSD300 (the reference ssd300.py structure, v0.6+ extra blocks with batch norm) gets the same
+2. a faithful PyTorch SSD300 (the reference ssd300.py structure: extra blocks of biased convolutions, no batch
+   norm) gets the same
    backbone; its extras and heads are copied into ours (head channels reordered from torch's (4, boxes) to our
    (boxes, 4) layout) and both outputs compared after putting the reference's size-major boxes into our cell-major
    order; prints both parameter counts.
@@ -101,12 +102,10 @@ def copy_extras_and_heads(tssd, model):
         return t.detach().cpu().numpy()
 
     for k, block in enumerate(tssd.additional_blocks, start=1):
-        for conv_i, bn_i, part in ((0, 1, 1), (3, 4, 2)):
-            model.get_layer(f"extra{k}_{part}_conv").kernel.assign(np_(block[conv_i].weight).transpose(2, 3, 1, 0))
-            bn, tbn = model.get_layer(f"extra{k}_{part}_bn"), block[bn_i]
-            for ours, theirs in (("gamma", "weight"), ("beta", "bias"), ("moving_mean", "running_mean"),
-                                 ("moving_variance", "running_var")):
-                getattr(bn, ours).assign(np_(getattr(tbn, theirs)))
+        for conv_i, part in ((0, 1), (2, 2)):   # Conv2d, ReLU, Conv2d, ReLU
+            layer = model.get_layer(f"extra{k}_{part}_conv")
+            layer.kernel.assign(np_(block[conv_i].weight).transpose(2, 3, 1, 0))
+            layer.bias.assign(np_(block[conv_i].bias))
     for k, nd in enumerate(tssd.num_defaults):
         for head, per in (("loc", 4), ("conf", tssd.label_num)):
             conv = getattr(tssd, head)[k]

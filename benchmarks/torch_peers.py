@@ -136,9 +136,10 @@ def transformer_setup(batch_tokens, seq_len=64, batch_file=None):
 
 
 class SSD300(nn.Module):
-    """The MLPerf SSD-ResNet34 (reference ssd300.py, v0.6+: extra blocks with batch norm and bias-free convolutions),
-    with the reference's attribute names: 8,732 boxes, heads viewed as (N, 4 / classes, boxes). rn34: a torchvision
-    ResNet-34 (or one with its module names) to take the backbone from; default a fresh torchvision one."""
+    """The MLPerf SSD-ResNet34 (reference ssd300.py, mlcommons/training 0badcd1 / d99c36dc / f9e0e82d: extra blocks of
+    biased convolutions and ReLUs, no batch norm; 19,972,534 parameters), with the reference's attribute names:
+    8,732 boxes, heads viewed as (N, 4 / classes, boxes). rn34: a torchvision ResNet-34 (or one with its module
+    names) to take the backbone from; default a fresh torchvision one."""
 
     def __init__(self, label_num=81, boxes_per_cell=(4, 6, 6, 6, 4, 4), rn34=None):
         super().__init__()
@@ -153,10 +154,9 @@ class SSD300(nn.Module):
         for i, (cin, cout, mid) in enumerate(zip(out_chan[:-1], out_chan[1:], mid_chan)):
             stride, pad = (2, 1) if i < 3 else (1, 0)
             self.additional_blocks.append(nn.Sequential(
-                nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
-                nn.Conv2d(mid, cout, 3, padding=pad, stride=stride, bias=False), nn.BatchNorm2d(cout),
-                nn.ReLU(inplace=True)))
-        self.label_num = label_num
+                nn.Conv2d(cin, mid, 1), nn.ReLU(inplace=True),
+                nn.Conv2d(mid, cout, 3, padding=pad, stride=stride), nn.ReLU(inplace=True)))
+        self.label_num, self.num_defaults = label_num, tuple(boxes_per_cell)
         self.loc = nn.ModuleList(nn.Conv2d(c, n * 4, 3, padding=1) for n, c in zip(boxes_per_cell, out_chan))
         self.conf = nn.ModuleList(nn.Conv2d(c, n * label_num, 3, padding=1) for n, c in zip(boxes_per_cell, out_chan))
         for layer in [*self.additional_blocks, *self.loc, *self.conf]:

@@ -174,7 +174,7 @@ class RunConfig:
     system: SystemInfo
     eval_offset: int = 0            # epochs to shift the eval cadence by (resnet allows 0-3)
     progress_seconds: float = 30.0  # in-epoch progress line interval
-    backbone_weights: str | None = None  # an ImageNet-trained backbone to start from (ssd)
+    backbone_weights: str | None = None  # an ImageNet-trained backbone to start from (ssd); "none": random weights
     checkpoint_dir: str | None = None   # model + optimizer state at epoch ends, and the final model (checkpoints.py)
     keep_checkpoints: int = 2           # epoch checkpoints kept in checkpoint_dir
     resume: bool = False                # continue from checkpoint_dir's latest checkpoint (never an MLPerf result)

@@ -51,8 +51,9 @@ flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one accelerator at --pr
 flags.DEFINE_integer("eval_offset", 0, "Shift the eval cadence by this many epochs (resnet allows 0-3).")
 flags.DEFINE_float("progress_seconds", 30.0, "Print an in-epoch progress line at most this often.")
 flags.DEFINE_string("backbone_weights", None, "An ImageNet-trained backbone to start from (ssd: the .npz that "
-                    "python -m data_prep.ssd_backbone writes from torchvision's ResNet-34, as the reference starts). "
-                    "Default: the backbone starts from random weights.")
+                    "python -m data_prep.ssd_backbone writes from torchvision's ResNet-34, as the reference starts), "
+                    "or 'none' to start from random weights. Required for SSD on real data; the demo and "
+                    "--synthetic default to none.")
 flags.DEFINE_string("cache_dir", os.path.join(os.path.expanduser("~"), ".cache", "mlperf_keras"),
                     "Where the demo data is generated and prepared (once).")
 flags.DEFINE_string("checkpoint_dir", None, "Save model and optimizer state here at every epoch end (written "
@@ -105,7 +106,7 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
     return RunConfig(
         model=values.model, ruleset=values.ruleset, seed=seed, precision=values.precision,
         global_batch_size=global_batch,
-        max_epochs=values.max_epochs if values.max_epochs is not None else workload.default_max_epochs,
+        max_epochs=values.max_epochs if values.max_epochs is not None else workload.default_epochs(hparams),
         hparams=hparams,
         quality_target=workload.demo_target if demo else quality_target(values.model, values.ruleset),
         data_dir=values.data_dir, output_dir=values.output_dir, synthetic=values.synthetic, demo=demo,
@@ -153,6 +154,8 @@ def _backbone_weights(values, workload) -> str | None:
     if not workload.uses_backbone_weights:
         raise ConfigError(f"--backbone_weights: --model={values.model} trains from scratch; only models with an "
                           f"ImageNet-trained backbone take it")
+    if path == "none":   # random weights, asked for explicitly
+        return path
     if not os.path.isfile(path):
         raise ConfigError(f"--backbone_weights={path}: no such file")
     return os.path.abspath(path)

@@ -14,6 +14,7 @@ from PIL import Image
 
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs import boxes, default_boxes, records
+from mlperf_keras.inputs.manifest import DataError
 
 GREY, RED, BLUE, GREEN = (128, 128, 128), (255, 0, 0), (0, 0, 255), (0, 200, 0)
 WIDTH, HEIGHT = 320, 240
@@ -270,7 +271,7 @@ def test_train_stream_is_deterministic_per_seed_epoch_and_rank(two_object_files)
         assert not same(first, batches_of(two_object_files, **changed)), changed
 
 
-def test_train_drops_images_without_objects_and_optionally_crowd_ones(tmp_path, monkeypatch):
+def test_train_drops_images_without_objects_and_optionally_crowd_ones(tmp_path):
     path = write(tmp_path / "mixed.tfrecord", [
         record(1, [(80, 60, 240, 180, RED)]),
         record(2, [], background=GREEN),                          # no object: never trained on
@@ -290,10 +291,67 @@ def test_train_drops_images_without_objects_and_optionally_crowd_ones(tmp_path, 
     assert colours(skip_crowd=True) == {"red"}
     assert boxes.count_images([path]) == 2 and boxes.count_images([path], skip_crowd=True) == 1
     assert boxes.count_images([path], skip_empty=False) == 4
-    monkeypatch.setattr(boxes, "MAX_CONSECUTIVE_EMPTY", 50)   # files without any object: an error, not a hang
-    nothing = write(tmp_path / "empty.tfrecord", [record(5, [])])
-    with pytest.raises(tf.errors.InvalidArgumentError, match="without an object"):
-        batches_of([nothing], num_batches=1)
+    nothing = write(tmp_path / "empty.tfrecord", [record(5, [])])   # files without any object: an error, not a hang
+    with pytest.raises(DataError, match="no image with an object"):
+        batches_of([nothing], num_batches=1, num_images=boxes.count_images([nothing]))
+    assert batches_of([nothing], num_batches=1) == []               # unchecked: an empty stream, never a hang
+
+
+@pytest.fixture(scope="module")
+def numbered_files(tmp_path_factory):
+    """Five record files of unequal sizes (6 + 9 + 6 + 9 + 7 = 37 images with an object, ids 0..36) and three
+    images without one (ids 100..102), tiny JPEGs: for counting which images an epoch serves."""
+    root = tmp_path_factory.mktemp("numbered")
+    sizes, files, next_id = (6, 9, 6, 9, 7), [], 0
+    for k, n in enumerate(sizes):
+        recs = [record(next_id + j, [(8, 8, 24, 24, RED)]) for j in range(n)]
+        next_id += n
+        if k < 3:
+            recs.insert(2, record(100 + k, []))
+        files.append(write(root / f"train-{k}.tfrecord", recs))
+    return files, next_id
+
+
+def epoch_ids(files, *, world, rank, global_batch, epoch=0, shuffle_buffer=4):
+    """The image ids one worker's epoch serves: its files as records.worker_files splits them (every world-th from
+    rank), ceil(images / global batch) steps of global_batch / world images, as workloads.ssd sizes the epoch."""
+    paths = files[rank::world]
+    total = sum(boxes.count_images(files[r::world]) for r in range(world))
+    steps = -(-total // global_batch)
+    per_worker = global_batch // world
+    boxes.check_epoch_fits(boxes.count_images(paths), per_worker, steps, paths)
+    stream = boxes.ssd_train_examples(paths, seed=5, epoch=epoch, num_samples=steps * per_worker,
+                                      shuffle_buffer=shuffle_buffer)
+    return [int(ex["image_id"]) for ex in stream]
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_every_training_image_exactly_once_per_epoch(numbered_files, world):
+    """Across the workers of one epoch every image with an object appears, and only the few samples that fill the
+    last batches (what the reference's DistributedSampler pads with) repeat: 37 images at global batch 8 give 5 steps
+    = 40 samples, 3 of them wrapped."""
+    files, count = numbered_files
+    orders = []
+    for epoch in (0, 1):
+        per_rank = [epoch_ids(files, world=world, rank=rank, global_batch=8, epoch=epoch) for rank in range(world)]
+        ids = [i for own in per_rank for i in own]
+        assert len(ids) == 40
+        assert set(ids) == set(range(count))                      # everything, and never an image without objects
+        assert len(ids) - len(set(ids)) == 3
+        for rank, own in enumerate(per_rank):
+            first_pass = count if world == 1 else (19, 18)[rank]   # rank 0 reads files 0, 2, 4; rank 1 files 1, 3
+            assert len(set(own[:first_pass])) == first_pass        # each of the worker's images once, then the wrap
+        orders.append(per_rank[0])
+    assert orders[0] != orders[1]                                  # a new order every epoch
+
+
+def test_an_unbalanced_worker_share_fails_instead_of_dropping_images(numbered_files):
+    files, _ = numbered_files
+    # A worker holding 30 images (files 0-3) in an epoch of 1 step x 16: 14 would be left out, so it refuses.
+    with pytest.raises(DataError, match="more than its 1 x 16 samples per epoch"):
+        boxes.check_epoch_fits(boxes.count_images(files[:4]), 16, 1, files[:4])
+    with pytest.raises(DataError, match="30 trainable images, more than its 1 x 16"):
+        batches_of(files[:4], batch_size=16, num_batches=1, num_images=30)
 
 
 def test_max_samples_must_be_an_mlperf_value(two_object_files):

@@ -62,6 +62,32 @@ def test_train_stream_is_deterministic_per_seed_and_epoch(prepared):
     assert all(np.array_equal(a[1] + 1, b[1]) for a, b in zip(first, offset))
 
 
+@pytest.mark.parametrize("world", [1, 2])
+def test_every_training_image_exactly_once_per_epoch(prepared, world):
+    """30 images at global batch 8: 4 steps = 32 samples per epoch across the workers; each image comes once in its
+    worker's first pass, and only the 2 samples that fill the last batches (DistributedSampler's padding) repeat."""
+    data_dir, manifest = prepared
+    names, orders = [], []
+    for epoch in (0, 1):
+        per_rank = []
+        for rank in range(world):
+            paths = records.worker_files(data_dir, manifest, "train", rank, world)
+            rows = records.worker_rows(manifest, "train", rank, world)
+            image.check_epoch_fits(rows, 8 // world, 4)
+            stream = image.train_records(paths, seed=3, epoch=epoch, num_samples=4 * 8 // world, shuffle_buffer=4)
+            features = {"image/filename": tf.io.FixedLenFeature([], tf.string)}
+            own = [records.parse(r, features)["image/filename"].numpy().decode() for r in stream]
+            assert len(set(own[:rows])) == rows                       # the worker's images once, then the wrap
+            per_rank.append(own)
+        names = [n for own in per_rank for n in own]
+        assert len(names) == 32 and len(set(names)) == 30              # every image of the epoch, 2 repeats
+        orders.append(per_rank[0])
+    assert orders[0] != orders[1]
+    with pytest.raises(DataError, match="hold 30 training images, more than its 3 x 8 samples"):
+        train_batches(records.worker_files(data_dir, manifest, "train", 0, 1), batch_size=8, num_batches=3,
+                      num_images=30)
+
+
 def test_random_crop_covers_the_reference_range_and_flips(prepared):
     jpeg = Image.new("RGB", (80, 60))
     pixels = np.zeros((60, 80, 3), np.uint8)

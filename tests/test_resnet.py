@@ -120,6 +120,55 @@ def test_weight_decay_applies_where_the_reference_applies_it(ruleset):
         assert chosen == {v.path for v in model.trainable_variables if v.path.endswith("/kernel")}
 
 
+@pytest.mark.parametrize("ruleset", ["0.5", "0.6"])
+def test_classifier_initialisation_per_ruleset(ruleset):
+    """v0.5: tf.layers.dense's default glorot-uniform kernel; from v0.6 (mlcommons/training 6cb3d426) N(0, 0.01).
+    Bias zero in both."""
+    workload, _, config, _ = resolve(dry_run=True, ruleset=ruleset, hparams=TINY + ",num_classes=1000")
+    kernel = keras.ops.convert_to_numpy(workload.build_model(config).get_layer("fc").kernel)
+    fan_in, fan_out = kernel.shape
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    if ruleset == "0.5":
+        assert config.hparams["classifier_init"] == "glorot_uniform"
+        assert 0.95 * limit < np.abs(kernel).max() <= limit * (1 + 1e-6)
+        assert kernel.std() == pytest.approx(limit / np.sqrt(3), rel=0.05)
+    else:
+        assert config.hparams["classifier_init"] == "normal"
+        assert kernel.std() == pytest.approx(0.01, rel=0.05) and kernel.std() < 0.5 * limit / np.sqrt(3)
+    with pytest.raises(ConfigError, match="classifier_init='he'"):
+        _, _, bad, _ = resolve(dry_run=True, ruleset=ruleset, hparams=TINY + ",classifier_init=he")
+        workload.build_model(bad)
+
+
+@pytest.mark.parametrize("batch, lr, warmup", [(1024, 10.0, 5.0), (16384, 25.0, 5.0), (32768, 31.2, 25.0),
+                                               (65536, 31.2, 25.0)])
+def test_lars_base_lr_and_warmup_follow_the_reference_table(batch, lr, warmup):
+    workload, _, config, _ = resolve(dry_run=True, ruleset="0.7", batch_size=batch)
+    spe = workload.steps_per_epoch(config, None)
+    keys = workload.mllog_hparams(config)
+    assert keys["lars_opt_base_learning_rate"] == lr and keys["lars_opt_learning_rate_warmup_epochs"] == warmup
+    assert keys["lars_opt_learning_rate_decay_steps"] == int(41 * spe) - int(warmup * spe) + 1
+    s = workload._schedule(config, spe)          # the same numbers build the optimizer's schedule
+    assert s["warmup_steps"] == int(warmup * spe) and s["initial"] == lr
+    _, _, given, _ = resolve(dry_run=True, ruleset="0.7", batch_size=batch, hparams="warmup_epochs=2")
+    assert workload.mllog_hparams(given)["lars_opt_learning_rate_warmup_epochs"] == 2.0
+    _, _, sgd, _ = resolve(dry_run=True, ruleset="0.5", batch_size=batch)
+    assert workload.mllog_hparams(sgd)["opt_learning_rate_warmup_epochs"] == 5.0
+
+
+def test_max_epochs_end_with_the_polynomial_schedule():
+    workload, _, lars, _ = resolve(dry_run=True, ruleset="0.7")
+    assert lars.max_epochs == 41
+    workload.check(lars, None)
+    _, _, longer, _ = resolve(dry_run=True, ruleset="0.7", hparams="train_epochs=44")
+    assert longer.max_epochs == 44
+    _, _, v05, _ = resolve(dry_run=True, ruleset="0.5")
+    assert v05.max_epochs == 90
+    _, _, past, _ = resolve(dry_run=True, ruleset="0.7", max_epochs=50)
+    with pytest.raises(ConfigError, match="--max_epochs=50 runs past the polynomial schedule's train_epochs=41"):
+        workload.check(past, None)
+
+
 def test_loss_is_cross_entropy_with_label_smoothing():
     workload, _, config, _ = resolve(dry_run=True, ruleset="0.7", hparams=TINY)
     workload.build_model(config)  # takes label_smoothing 0.1 from the v0.7 hparams

@@ -54,22 +54,23 @@ def test_dry_run_prints_parameters_and_default_boxes():
     proc = run_cli("mlperf_keras.train", "--model=ssd", "--dry_run", "--seed=1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "default boxes: 8732 on feature maps 38, 19, 10, 5, 3, 1 with 4, 6, 6, 6, 4, 4 boxes per cell" in proc.stdout
-    assert "parameters: 19975222" in proc.stdout  # tests/test_ssd_model.py derives it from the reference's layers
+    assert "parameters: 19972534" in proc.stdout  # tests/test_ssd_model.py derives it from the reference's layers
     assert "steps per epoch: 3665" in proc.stdout  # ceil(117,266 / 32)
 
 
 def test_eval_epochs_per_ruleset():
     assert ssd_workload.v05_eval_epochs(117_266) == (33, 44, 50, 55, 61, 66)
-    for ruleset, expected in (("0.5", [33, 44, 50, 55, 61, 66]), ("0.7", [40, 50, 55, 60, 65, 70, 75, 80])):
+    for ruleset, expected in (("0.5", [33, 44, 50, 55, 61, 66]), ("0.6", [33, 44, 50, 55, 61, 66]),
+                              ("0.7", [40, 50, 55, 60, 65, 70, 75, 80])):
         workload, _, config, _ = resolve(ruleset=ruleset, dry_run=True)
         assert [e + 1 for e in range(80) if workload.eval_due(e, config)] == expected
 
 
 def test_schedule_follows_the_reference():
-    """LR 2.5e-3 per 32 images, linear warmup from 0, x0.1 from the first step of epochs 40 and 50."""
+    """v0.7: LR 2.5e-3 per 32 images, linear warmup from 0, x0.1 from the first step of epochs 40 and 50."""
     from mlperf_keras import optimizers
 
-    workload, _, config, _ = resolve(dry_run=True, batch_size=128, hparams="warmup_epochs=2")
+    workload, _, config, _ = resolve(dry_run=True, ruleset="0.7", batch_size=128, hparams="warmup_epochs=2")
     s = workload._schedule(config, steps_per_epoch=10)
     assert s["initial"] == pytest.approx(0.01) and s["warmup_steps"] == 20
     schedule = optimizers.StepWithWarmup(s["initial"], s["warmup_steps"], s["boundaries"], s["rates"])
@@ -79,11 +80,44 @@ def test_schedule_follows_the_reference():
     assert lr[499] == pytest.approx(0.001) and lr[500] == pytest.approx(1e-4)
 
 
+@pytest.mark.parametrize("ruleset, batch, base_lr", [("0.5", 32, 1e-3), ("0.6", 32, 2.5e-3), ("0.6", 256, 2e-2)])
+def test_v05_v06_schedule_decays_at_iterations_160k_and_200k_of_batch_32(ruleset, batch, base_lr):
+    """The v0.5/v0.6 references multiply the LR by 0.1 before update (160,000 x 32) // batch and (200,000 x 32) //
+    batch (0-based): epochs 43.66 and 54.58 of 117,266 images, not 40 and 50. v0.5's LR is its fixed 1e-3."""
+    from mlperf_keras import optimizers
+
+    workload, _, config, _ = resolve(dry_run=True, ruleset=ruleset, batch_size=batch)
+    workload.check(config, None)
+    spe = workload.steps_per_epoch(config, None)
+    s = workload._schedule(config, spe)
+    first = [160_000 * 32 // batch, 200_000 * 32 // batch]
+    assert s["boundaries"] == [first[0] - 1, first[1] - 1] and s["initial"] == pytest.approx(base_lr)
+    schedule = optimizers.StepWithWarmup(s["initial"], s["warmup_steps"], s["boundaries"], s["rates"])
+    for step, factor in ((first[0] - 1, 1.0), (first[0], 0.1), (first[1] - 1, 0.1), (first[1], 0.01)):
+        assert float(schedule(step)) == pytest.approx(base_lr * factor, rel=1e-6), step
+    keys = workload.mllog_hparams(config)
+    assert keys["opt_learning_rate_decay_boundary_epochs"] == pytest.approx([f / spe for f in first])
+    if batch == 32:   # 3,665 steps per epoch
+        assert keys["opt_learning_rate_decay_boundary_epochs"] == pytest.approx([43.66, 54.58], abs=0.01)
+    assert keys["opt_base_learning_rate"] == pytest.approx(base_lr)
+
+
+def test_decay_boundaries_must_be_given_one_way():
+    for ruleset, hparams in (("0.7", "decay_iterations=160000-200000"), ("0.6", "decay_epochs=40-50"),
+                             ("0.7", "decay_epochs=40")):
+        workload, _, config, _ = resolve(dry_run=True, ruleset=ruleset, hparams=hparams)
+        with pytest.raises(ConfigError, match="give two boundaries in one of them"):
+            workload.check(config, None)
+    workload, _, config, _ = resolve(dry_run=True, ruleset="0.6", hparams="decay_iterations=,decay_epochs=44-55")
+    workload.check(config, None)
+    assert workload._schedule(config, 10)["boundaries"] == [439, 549]
+
+
 def test_logged_keys_cover_the_official_ssd_rules():
     folder = os.path.dirname(mlp_compliance.__file__)
     rules = yaml.safe_load(open(os.path.join(folder, "training_1.0.0", "closed_ssd.yaml")))
     required = {r["KEY"]["NAME"] for r in rules if "KEY" in r} - {"global_batch_size", "eval_accuracy"}
-    workload, _, config, _ = resolve(dry_run=True)
+    workload, _, config, _ = resolve(dry_run=True, ruleset="0.7")
     keys = workload.mllog_hparams(config)
     assert required <= set(keys), required - set(keys)
     assert keys["max_samples"] == 1 and keys["opt_weight_decay"] == 5e-4
@@ -105,6 +139,30 @@ def test_backbone_weights_flag_errors(tmp_path):
     assert proc.returncode == 2 and "--model=ncf trains from scratch" in proc.stderr
     proc = run_cli("mlperf_keras.train", "--model=ssd", "--dry_run", f"--backbone_weights={tmp_path}/missing.npz")
     assert proc.returncode == 2 and "missing.npz: no such file" in proc.stderr
+
+
+def test_real_data_without_backbone_weights_is_refused(prepared, tmp_path):
+    """The reference always starts from ImageNet weights: real data needs --backbone_weights (or an explicit none),
+    refused in one line before any log is written; the run logs what it started from."""
+    from mlperf_keras.layers import ssd
+
+    proc = run_cli("mlperf_keras.train", "--model=ssd", f"--data_dir={prepared}", f"--output_dir={tmp_path}",
+                   "--max_epochs=1")
+    assert proc.returncode == 2 and "needs --backbone_weights" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("*.log"))
+    workload, manifest, config, _ = resolve(data_dir=prepared, backbone_weights="none", dry_run=True)
+    workload.check(config, manifest)
+    assert workload.mllog_hparams(config)["backbone_weights"] == "none"
+    workload, _, config, _ = resolve(dry_run=True)      # no data: nothing to refuse
+    workload.check(config, None)
+    path = tmp_path / "backbone.npz"
+    ssd.save_backbone_weights(ssd.ssd300(width=8), str(path))
+    import hashlib
+
+    workload, manifest, config, _ = resolve(data_dir=prepared, backbone_weights=str(path), dry_run=True)
+    workload.check(config, manifest)
+    assert workload.mllog_hparams(config)["backbone_weights"] == (
+        f"backbone.npz sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}")
 
 
 def test_backbone_weights_are_loaded(tmp_path):
@@ -197,6 +255,7 @@ def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
     proc = subprocess.run(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m",
                            "mlperf_keras.train", "--model=ssd", f"--data_dir={prepared}", f"--output_dir={out}",
                            "--seed=4", "--ruleset=0.7", "--max_epochs=1", "--batch_size=4", "--nojit_compile",
+                           "--backbone_weights=none",
                            f"--hparams={TINY},eval_epochs=1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})

@@ -57,6 +57,7 @@ import tensorflow as tf
 
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs import default_boxes, image, records
+from mlperf_keras.inputs.manifest import DataError
 
 DETECTION_FEATURES = {
     "image/encoded": tf.io.FixedLenFeature([], tf.string),
@@ -78,8 +79,6 @@ CROP_MAX_IOU = (np.nan, np.inf, np.inf, np.inf, np.inf, np.inf, np.inf)
 MAX_SAMPLES_ALLOWED = (1, 50)   # MLPerf's legal values of max_samples (num_cropping_iterations)
 
 COLOR_JITTER = dict(brightness=0.125, contrast=0.5, saturation=0.5, hue=0.05)
-# A run of this many records without an object means the files hold none at all: fail instead of looping forever.
-MAX_CONSECUTIVE_EMPTY = 10_000
 
 
 # ---- parsing ----
@@ -303,52 +302,63 @@ def ssd_train_preprocess(jpeg, boxes, labels, seed, *, max_samples: int = 1, siz
 
 # ---- datasets ----
 
-def _fail_on_endless_empty(dataset, paths):
-    """Fail with a clear message when MAX_CONSECUTIVE_EMPTY records in a row have no object (a repeated dataset
-    whose files hold no object would otherwise spin forever inside filter)."""
-    def count(run, example):
-        run = tf.where(has_objects(example), tf.constant(0, tf.int64), run + 1)
-        return run, (run, example)
-
-    def check(run, example):
-        with tf.control_dependencies([tf.debugging.assert_less(
-                run, tf.constant(MAX_CONSECUTIVE_EMPTY, tf.int64),
-                message=f"{MAX_CONSECUTIVE_EMPTY} records in a row without an object in {list(paths)[:3]}...: "
-                        "no trainable image (SSD needs images with annotations)")]):
-            return tf.identity(run), example
-
-    return dataset.scan(tf.constant(0, tf.int64), count).map(check).map(lambda run, example: example)
-
-
 def check_max_samples(max_samples: int):
     if int(max_samples) not in MAX_SAMPLES_ALLOWED:
         raise ConfigError(f"max_samples={max_samples}: MLPerf allows {MAX_SAMPLES_ALLOWED} "
                           "(the reference's num_cropping_iterations)")
 
 
+def check_epoch_fits(num_images: int, batch_size: int, num_batches: int, paths) -> None:
+    """A worker's epoch (num_batches x batch_size samples) must hold each of its num_images trainable images."""
+    if num_images <= 0:
+        raise DataError(f"no image with an object in {list(paths)[:3]}...: no trainable image (SSD needs images "
+                        f"with annotations)")
+    if num_images > num_batches * batch_size:
+        raise DataError(f"this worker's record files hold {num_images} trainable images, more than its "
+                        f"{num_batches} x {batch_size} samples per epoch: the train shards are unbalanced over the "
+                        f"workers (prepare the data with a number of train shards that is a multiple of the worker "
+                        f"count, or use fewer workers)")
+
+
+def ssd_train_examples(paths: list[str], *, seed: int, epoch: int, num_samples: int, shuffle_buffer: int = 10_000,
+                       skip_crowd: bool = False, cycle_length: int = 10) -> tf.data.Dataset:
+    """One worker's epoch of parsed training examples (parse_detection's dicts), num_samples of them: every image of
+    `paths` with an object exactly once, in a seeded shuffled order, then the stream wrapped (read again from the
+    start, in a new file order) until num_samples are out. The wrapped part only fills the epoch's last batch(es),
+    as torch's DistributedSampler pads its index list with the first indices again."""
+    e_seed = image.epoch_seed(seed, epoch)
+    dataset = records.record_dataset(paths, shuffle_seed=e_seed, cycle_length=cycle_length)
+    dataset = dataset.map(lambda r: drop_crowd(parse_detection(r)) if skip_crowd else parse_detection(r),
+                          num_parallel_calls=records.AUTOTUNE, deterministic=True).filter(has_objects)
+    if shuffle_buffer > 1:
+        dataset = dataset.shuffle(shuffle_buffer, seed=e_seed, reshuffle_each_iteration=False)
+    return dataset.repeat().take(num_samples)
+
+
 def ssd_train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                       max_samples: int = 1, shuffle_buffer: int = 10_000, skip_crowd: bool = False,
+                      num_images: int | None = None,
                       spec: default_boxes.DefaultBoxSpec = default_boxes.SSD300, max_rounds: int = 50,
                       cycle_length: int = 10, threads: int | None = None, fused_crop: bool = True) -> tf.data.Dataset:
     """Exactly num_batches training batches of one worker for one epoch:
     (images uint8 [B, S, S, 3], (offsets float32 [B, D, 4], labels int32 [B, D])), S = spec.fig_size, D = 8,732.
 
-    paths: the worker's record files (records.worker_files). The files are shuffled per epoch and read again from the
-    start when the epoch needs more images than the worker holds; images without objects (after dropping crowd
-    objects when skip_crowd) are skipped; the rest pass a seeded shuffle buffer and each gets its own stateless seed
-    from (seed, epoch, rank, position). max_samples: crop attempts per mode (MLPerf: 1 or 50; logged as
-    `max_samples`). threads: private tf.data thread pool size (None: TensorFlow's default pool). Files holding
-    no image with an object fail (InvalidArgumentError naming them) after MAX_CONSECUTIVE_EMPTY records.
+    paths: the worker's record files (records.worker_files). Each image with an object (after dropping crowd objects
+    when skip_crowd) comes exactly once per epoch, in an order shuffled per (seed, epoch) (file order, then a seeded
+    shuffle buffer), and the epoch's remaining samples wrap around (ssd_train_examples); each image gets its own
+    stateless seed from (seed, epoch, rank, position). num_images: how many such images `paths` hold (count_images;
+    the workload counts them once per run): none, or more than num_batches x batch_size, fails (DataError) rather
+    than leaving images out; None skips the check (a benchmark timing part of an epoch). max_samples: crop attempts
+    per mode (MLPerf: 1 or 50; logged as `max_samples`). threads: private tf.data thread pool size (None:
+    TensorFlow's default pool).
     """
     check_max_samples(max_samples)
+    if num_images is not None:
+        check_epoch_fits(num_images, batch_size, num_batches, paths)
     e_seed = image.epoch_seed(seed, epoch)
-    dataset = records.record_dataset(paths, shuffle_seed=e_seed, repeat=True, cycle_length=cycle_length)
-    dataset = dataset.map(lambda r: drop_crowd(parse_detection(r)) if skip_crowd else parse_detection(r),
-                          num_parallel_calls=records.AUTOTUNE, deterministic=True)
-    dataset = _fail_on_endless_empty(dataset, paths).filter(has_objects)
-    if shuffle_buffer > 1:
-        dataset = dataset.shuffle(shuffle_buffer, seed=e_seed, reshuffle_each_iteration=False)
-    dataset = dataset.take(num_batches * batch_size).enumerate()
+    dataset = ssd_train_examples(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
+                                 shuffle_buffer=shuffle_buffer, skip_crowd=skip_crowd,
+                                 cycle_length=cycle_length).enumerate()
     stream = tf.constant(int(rank) << 40, tf.int64)
 
     def preprocess(index, example):
@@ -417,6 +427,6 @@ def count_images(paths: list[str], *, skip_empty: bool = True, skip_crowd: bool 
 
 
 __all__ = ["COLOR_JITTER", "CROP_MAX_IOU", "CROP_MIN_IOU", "DETECTION_FEATURES", "MAX_SAMPLES_ALLOWED",
-           "check_max_samples", "color_jitter", "count_images", "crop_boxes", "decode_window", "drop_crowd",
-           "encode_targets", "flip_boxes", "has_objects", "iou", "parse_detection", "ssd_crop", "ssd_eval_dataset",
-           "ssd_train_dataset", "ssd_train_preprocess"]
+           "check_epoch_fits", "check_max_samples", "color_jitter", "count_images", "crop_boxes", "decode_window",
+           "drop_crowd", "encode_targets", "flip_boxes", "has_objects", "iou", "parse_detection", "ssd_crop",
+           "ssd_eval_dataset", "ssd_train_dataset", "ssd_train_examples", "ssd_train_preprocess"]

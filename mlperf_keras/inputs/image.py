@@ -21,6 +21,7 @@ import dataclasses
 import tensorflow as tf
 
 from mlperf_keras.inputs import records
+from mlperf_keras.inputs.manifest import DataError
 
 IMAGENET_MEAN_RGB = (123.68, 116.78, 103.94)
 IMAGENET_STD_RGB = (1.0, 1.0, 1.0)
@@ -93,21 +94,45 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return (int(seed) * 1_000_003 + int(epoch) * 7_919 + 1) % (2**31 - 1)
 
 
-def classification_train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_size: int,
-                                 num_batches: int, image_size: int, crop: CropParams = CropParams(),
-                                 shuffle_buffer: int = 10_000, label_offset: int = 0, cycle_length: int = 10,
-                                 threads: int | None = None) -> tf.data.Dataset:
-    """Exactly num_batches (uint8 images [B, S, S, 3], int32 labels [B]) of one worker for one epoch.
+def check_epoch_fits(num_images: int, batch_size: int, num_batches: int) -> None:
+    """A worker's epoch (num_batches x batch_size samples) must hold each of its num_images training images."""
+    if num_images > num_batches * batch_size:
+        raise DataError(f"this worker's record files hold {num_images} training images, more than its "
+                        f"{num_batches} x {batch_size} samples per epoch: the train shards are unbalanced over the "
+                        f"workers (prepare the data with a number of train shards that is a multiple of the worker "
+                        f"count, or use fewer workers)")
 
-    The worker's files (already split by worker) are shuffled per epoch and read again from the start if the epoch
-    needs more records than the worker holds; records pass a seeded shuffle buffer; each image gets its own
-    stateless seed. label_offset shifts labels (1 for a 1001-way head whose class 0 is the reference's background).
-    """
+
+def train_records(paths: list[str], *, seed: int, epoch: int, num_samples: int, shuffle_buffer: int = 10_000,
+                  cycle_length: int = 10) -> tf.data.Dataset:
+    """One worker's epoch of serialized training records, num_samples of them: every record of `paths` exactly once,
+    in a seeded shuffled order (file order, then a shuffle buffer), then the stream wrapped (read again from the
+    start, in a new file order) until num_samples are out. The wrapped part only fills the epoch's last batch(es),
+    as torch's DistributedSampler pads its index list with the first indices again."""
     e_seed = epoch_seed(seed, epoch)
-    dataset = records.record_dataset(paths, shuffle_seed=e_seed, repeat=True, cycle_length=cycle_length)
+    dataset = records.record_dataset(paths, shuffle_seed=e_seed, cycle_length=cycle_length)
     if shuffle_buffer > 1:
         dataset = dataset.shuffle(shuffle_buffer, seed=e_seed, reshuffle_each_iteration=False)
-    dataset = dataset.take(num_batches * batch_size).enumerate()
+    return dataset.repeat().take(num_samples)
+
+
+def classification_train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_size: int,
+                                 num_batches: int, image_size: int, crop: CropParams = CropParams(),
+                                 shuffle_buffer: int = 10_000, label_offset: int = 0, num_images: int | None = None,
+                                 cycle_length: int = 10, threads: int | None = None) -> tf.data.Dataset:
+    """Exactly num_batches (uint8 images [B, S, S, 3], int32 labels [B]) of one worker for one epoch.
+
+    Every record of the worker's files (already split by worker) comes once per epoch in an order shuffled per
+    (seed, epoch), and the epoch's remaining samples wrap around (train_records); each image gets its own stateless
+    seed. num_images: how many records `paths` hold (records.worker_rows), checked to fit in the epoch (DataError
+    rather than leaving images out). label_offset shifts labels (1 for a 1001-way head whose class 0 is the
+    reference's background).
+    """
+    if num_images is not None:
+        check_epoch_fits(num_images, batch_size, num_batches)
+    e_seed = epoch_seed(seed, epoch)
+    dataset = train_records(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
+                            shuffle_buffer=shuffle_buffer, cycle_length=cycle_length).enumerate()
     stream = tf.constant(int(rank) << 40, tf.int64)
 
     def preprocess(index, serialized):
@@ -144,5 +169,5 @@ def classification_eval_dataset(paths: list[str], *, batch_size: int, image_size
 
 
 __all__ = ["CLASSIFICATION_FEATURES", "CropParams", "IMAGENET_MEAN_RGB", "IMAGENET_STD_RGB", "center_crop_resize",
-           "classification_eval_dataset", "classification_train_dataset", "epoch_seed", "random_crop_flip_resize",
-           "resize", "to_uint8"]
+           "check_epoch_fits", "classification_eval_dataset", "classification_train_dataset", "epoch_seed",
+           "random_crop_flip_resize", "resize", "to_uint8", "train_records"]

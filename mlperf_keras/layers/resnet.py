@@ -151,17 +151,19 @@ class Normalize(layers.Layer):
 
 def classifier(image_size: int, num_classes: int, block_sizes=(3, 4, 6, 3), bottleneck: bool = True, width: int = 64,
                mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), options: BlockOptions = BlockOptions(),
-               name: str = "resnet"):
+               name: str = "resnet", head_initializer=None):
     """uint8 images (N, H, W, 3) -> float32 logits: normalisation, backbone, global average pool, dense head.
 
-    The head is as the reference's: a dense layer with N(0, 0.01) kernel and zero bias, computed in float32 so the
-    logits keep full precision under mixed precision.
+    The head is as the reference's: a dense layer with N(0, 0.01) kernel (the v0.6+ reference; head_initializer
+    replaces it, e.g. the v0.5 reference's glorot-uniform) and zero bias, computed in float32 so the logits keep full
+    precision under mixed precision.
     """
     images = keras.Input((image_size, image_size, 3), dtype="uint8", name="images")
     x = Normalize(mean, std, name="normalize")(images)
     x = backbone(x, block_sizes, bottleneck, width, options=options)[-1]
     x = layers.GlobalAveragePooling2D(name="pool")(x)
-    logits = layers.Dense(num_classes, kernel_initializer=keras.initializers.RandomNormal(stddev=0.01),
+    head_initializer = head_initializer or keras.initializers.RandomNormal(stddev=0.01)
+    logits = layers.Dense(num_classes, kernel_initializer=head_initializer,
                           bias_initializer="zeros", dtype="float32", name="fc")(x)
     return keras.Model(images, logits, name=name)
 

@@ -1,28 +1,28 @@
 """SSD300 with a ResNet-34 backbone (the MLPerf "ssd" model), its multibox loss and the pretrained-backbone loader.
 
 keras.layers / keras.ops only: builds and trains on TensorFlow and on JAX. As the MLPerf reference
-(mlcommons/training single_stage_detector/ssd, v0.6/v0.7: ssd300.py `SSD300`, `ResNet34`; base_model.py `Loss`):
+(mlcommons/training single_stage_detector/ssd at 0badcd1 (v0.5), d99c36dc (v0.6) and f9e0e82d (v0.7): ssd300.py
+`SSD300`; base_model.py `ResNet34`, `Loss`):
 - normalisation as torchvision's, inside the model: (x / 255 - [0.485, 0.456, 0.406]) / [0.229, 0.224, 0.225];
 - backbone: torchvision's ResNet-34 up to layer3 (conv1, bn1, relu, maxpool, layer1..layer3; layer4, the pool and
   the classifier are dropped) with layer3's first block at stride 1 (its conv1 and downsample), so the first feature
   map is 38x38x256; the max pool pads one pixel on both sides as torchvision's (layers.resnet pool_padding);
   batch norm epsilon 1e-5, momentum 0.9 (torch's 0.1);
-- five extra blocks on it, each a 1x1 convolution (no bias) + batch norm + ReLU, then a 3x3 convolution (no bias) +
-  batch norm + ReLU, stride 2 padding 1 for the first three and stride 1 without padding for the last two:
-  intermediate channels 256, 256, 128, 128, 128 and outputs 512, 512, 256, 256, 256; feature maps 38, 19, 10, 5, 3, 1
-  with 256, 512, 512, 256, 256, 256 channels;
+- five extra blocks on it, each a 1x1 convolution with bias + ReLU, then a 3x3 convolution with bias + ReLU (no batch
+  norm), stride 2 padding 1 for the first three and stride 1 without padding for the last two: intermediate channels
+  256, 256, 128, 128, 128 and outputs 512, 512, 256, 256, 256; feature maps 38, 19, 10, 5, 3, 1 with 256, 512, 512,
+  256, 256, 256 channels (ssd300.py `_build_additional_features`, the same at mlcommons/training 0badcd1 (v0.5),
+  d99c36dc (v0.6) and f9e0e82d (v0.7)); 19,972,534 trainable parameters;
 - on each map a 3x3 (padding 1) box head with 4 x boxes channels and a class head with 81 x boxes channels, both with
   bias; boxes per cell 4, 6, 6, 6, 4, 4 (8,732 in all);
-- initialisation as the reference's _init_weights: Xavier-uniform on every kernel of the extra blocks and heads; the
-  head biases keep torch's Conv2d default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)); batch norm gamma 1, beta 0;
+- initialisation as the reference's _init_weights: Xavier-uniform on every kernel of the extra blocks and heads; their
+  biases keep torch's Conv2d default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (_init_weights touches only tensors of 2 or
+  more dimensions);
 - loss: smooth L1 (beta 1) over the 4 offsets of the positive boxes, plus softmax cross-entropy over the positives
   and the hard negatives (the min(3 x positives, boxes) negatives of highest cross-entropy), divided per image by its
   number of positives (an image without positives counts 0), averaged over the batch.
 
 Where this differs from the reference, and why:
-- the extra blocks have batch norm and bias-free convolutions as the v0.6/v0.7 SSD-ResNet34 (and NVIDIA's
-  submissions; mlcommons/inference's SSD-ResNet34 README: "convolutions in the detector layers are followed by batch
-  normalization layers"); the v0.5 ssd300.py has biased convolutions without batch norm there;
 - box order: Keras heads are NHWC, so a head's (N, H, W, boxes x 4) output reshapes to (N, H x W x boxes, 4): boxes
   come cell-major (row, column, box size), channel b x 4 + c is box b's coordinate c. The reference's NCHW heads are
   viewed as (N, 4, boxes x H x W): size-major, channel c x boxes + b. default_boxes.default_boxes() lists the boxes
@@ -65,24 +65,31 @@ def _xavier():
     return keras.initializers.GlorotUniform()
 
 
-def _extra_block(x, mid: int, out: int, stride: int, name: str, options: resnet.BlockOptions):
-    x = layers.Conv2D(mid, 1, use_bias=False, kernel_initializer=_xavier(), name=f"{name}_1_conv")(x)
-    x = layers.ReLU(name=f"{name}_1_relu")(resnet.batch_norm(x, f"{name}_1_bn", options))
+def _torch_bias(fan_in: int):
+    # torch's default Conv2d bias init, which the reference's _init_weights leaves alone (it only touches dim > 1).
+    bound = 1.0 / math.sqrt(fan_in)
+    return keras.initializers.RandomUniform(-bound, bound)
+
+
+def _extra_block(x, mid: int, out: int, stride: int, name: str):
+    x = layers.Conv2D(mid, 1, kernel_initializer=_xavier(), bias_initializer=_torch_bias(x.shape[-1]),
+                      name=f"{name}_1_conv")(x)
+    x = layers.ReLU(name=f"{name}_1_relu")(x)
     if stride > 1:
         x = layers.ZeroPadding2D(1, name=f"{name}_2_pad")(x)   # torch padding=1 on both sides
-    x = layers.Conv2D(out, 3, strides=stride, padding="valid", use_bias=False, kernel_initializer=_xavier(),
-                      name=f"{name}_2_conv")(x)
-    return layers.ReLU(name=f"{name}_2_relu")(resnet.batch_norm(x, f"{name}_2_bn", options))
+    x = layers.Conv2D(out, 3, strides=stride, padding="valid", kernel_initializer=_xavier(),
+                      bias_initializer=_torch_bias(9 * mid), name=f"{name}_2_conv")(x)
+    return layers.ReLU(name=f"{name}_2_relu")(x)
 
 
 def _head(x, boxes: int, per_box: int, name: str):
     """3x3 convolution with bias, reshaped to (N, H x W x boxes, per_box) in float32: cell-major, box inside.
 
-    The convolution runs in the compute dtype (bf16/fp16 under mixed precision, as the reference's heads under
-    autocast; they are 14% of the model's FLOPs); only its output is cast to float32, for the loss and decoding."""
-    bound = 1.0 / math.sqrt(9 * x.shape[-1])   # torch's default Conv2d bias init, which the reference keeps
+    The convolution runs in the compute dtype (bf16/fp16 under mixed precision; the reference trains in float32, as
+    --precision=fp32 does here; the heads are 14% of the model's FLOPs); only its output is cast to float32, for the
+    loss and decoding."""
     y = layers.Conv2D(boxes * per_box, 3, padding="same", kernel_initializer=_xavier(),
-                      bias_initializer=keras.initializers.RandomUniform(-bound, bound), name=name)(x)
+                      bias_initializer=_torch_bias(9 * x.shape[-1]), name=name)(x)
     height, width = y.shape[1], y.shape[2]
     return layers.Reshape((height * width * boxes, per_box), dtype="float32", name=f"{name}_flat")(y)
 
@@ -93,7 +100,7 @@ def feature_maps(x, width: int = 64, options: resnet.BlockOptions = resnet.Block
                         options=options, pool_padding="symmetric")[-1]
     maps = [x]
     for k, (mid, out, stride) in enumerate(EXTRA_BLOCKS):
-        x = _extra_block(x, mid * width // 64, out * width // 64, stride, f"extra{k + 1}", options)
+        x = _extra_block(x, mid * width // 64, out * width // 64, stride, f"extra{k + 1}")
         maps.append(x)
     return maps
 

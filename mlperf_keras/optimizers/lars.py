@@ -11,11 +11,20 @@ weight decay wd, LARS coefficient eta and epsilon eps; v is the momentum buffer,
         v     = m * v + lr * g
         w     = w - v
 
-||.|| is the L2 norm over the whole variable. This is `MLPERF_LARSOptimizer` / the TF2 reference's `LARSOptimizer`
-in mlcommons/training (image_classification), with its `skip_list=['batch_normalization', 'bias']`: in ResNet those
-names are exactly the 1-D variables. Weight decay is part of the update (the reference adds no L2 term to the loss
-when it trains with LARS), and skipped variables get neither weight decay nor the trust ratio. Unlike the TF2
-reference, epsilon is used as given: its `epsilon or backend_config.epsilon()` turns the logged 0.0 into 1e-7.
+||.|| is the L2 norm over the whole variable. This is the update of the TF2 LARS reference's `LARSOptimizer`
+(mlcommons/training e8210745, image_classification/tensorflow2/lars_optimizer.py `compute_lr` and
+`_resource_apply_dense`), which common.py builds with `skip_list=['batch_normalization', 'bias', 'bn']`: in ResNet
+those names are exactly the 1-D variables. Skipped variables get neither weight decay nor the trust ratio. Weight
+decay is part of the update only: that reference adds no L2 term to the loss when it trains with LARS
+(resnet_runnable.py computes the L2 loss only `if not self.use_lars_optimizer`).
+
+Where the references differ from this:
+- the TF1 reference of the v0.6 and v0.7 rounds (mlcommons/training 6cb3d426,
+  image_classification/tensorflow/official/resnet/resnet_run_loop.py) decays twice: tf.contrib.opt.LARSOptimizer
+  with weight_decay inside the update, and weight_decay x sum(||w||^2 / 2) over every variable but batch norm added
+  to the loss, whatever the optimizer. Only the decay inside the update is done here;
+- the TF2 reference uses `epsilon or backend_config.epsilon()`, which turns the logged 0.0 into 1e-7; here epsilon is
+  used as given.
 """
 from __future__ import annotations
 

@@ -52,6 +52,11 @@ class Workload(abc.ABC):
         return {}
 
     default_max_epochs: int = 50
+
+    def default_epochs(self, hparams: dict) -> int:
+        """--max_epochs when none is given: default_max_epochs, unless the schedule in hparams ends elsewhere."""
+        return self.default_max_epochs
+
     uses_backbone_weights: bool = False   # takes --backbone_weights (an ImageNet-trained backbone)
 
     @abc.abstractmethod

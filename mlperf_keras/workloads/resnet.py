@@ -5,15 +5,28 @@ momentum 0.9 / epsilon 1e-5, optional zero-init of each block's last gamma), a 1
 --hparams=num_classes=1001: class 0 is then the reference's unused background class and labels shift by one).
 
 Optimisation, per ruleset (every value is an --hparams key):
-- v0.5, the TF1 reference: SGD momentum 0.9 (tf.train.MomentumOptimizer), base LR 0.128 x batch/256, linear warmup
-  over 5 epochs from 0, x0.1 at epochs 30, 60, 80 and 90, L2 weight decay 1e-4 on every variable but batch-norm
-  parameters (optimizers.MomentumSGD), no label smoothing.
-- v0.6 and v0.7, the LARS reference (mlcommons/training image_classification/tensorflow2): LARS (optimizers.LARS,
-  eta 0.001, epsilon 0, momentum 0.9, weight decay 2e-4 inside the update, batch norm and bias skipped), base LR
-  from the reference's table by global batch (10 below 16k, 25 below 32k, 31.2 above) unless learning_rate is set
-  (learning_rate=0 means the reference's value for the chosen optimizer: that table, or 0.128 per 256 for SGD),
-  linear warmup 5 epochs then polynomial decay (power 2, end LR 1e-4) over train_epochs=41, label smoothing 0.1.
-  optimizer=sgd,lr_schedule=poly (allowed from v0.7) gives SGD with the same warmup + polynomial decay.
+- v0.5, the TF1 reference (mlcommons/training v0.5 tag, image_classification/tensorflow/official/resnet): SGD
+  momentum 0.9 (tf.train.MomentumOptimizer), base LR 0.128 x batch/256, linear warmup over 5 epochs from 0, x0.1 at
+  epochs 30, 60, 80 and 90, L2 weight decay 1e-4 on every variable but batch-norm parameters (optimizers.MomentumSGD),
+  no label smoothing, classifier kernel glorot-uniform (tf.layers.dense's default).
+- v0.6 and v0.7: LARS (optimizers.LARS, eta 0.001, epsilon 0, momentum 0.9, weight decay 2e-4 inside the update,
+  batch norm and bias skipped), base LR and warmup epochs from the TF2 LARS reference's table by global batch
+  (mlcommons/training e8210745 image_classification/tensorflow2/lars_util.py: 10 and 5 below 16k, 25 and 5 below 32k,
+  31.2 and 25 above) unless learning_rate / warmup_epochs are set (learning_rate=0 means the reference's value for
+  the chosen optimizer: that table, or 0.128 per 256 for SGD), then polynomial decay (power 2, end LR 1e-4) until
+  train_epochs=41 (that reference's README command), where the run ends; label smoothing 0.1; classifier kernel
+  N(0, 0.01) (from mlcommons/training 6cb3d426 on). optimizer=sgd,lr_schedule=poly (allowed from v0.7) gives SGD with
+  the same warmup + polynomial decay.
+
+Differences from the references:
+- the TF2 LARS reference was published after v0.7 (May 2021, the v1.0 round). The TF1 reference the v0.6 and v0.7
+  rounds shipped (mlcommons/training 6cb3d426, resnet_run_loop.py poly_rate_fn) has another table (LR 5, 10, 25
+  and 32 with 5, 5, 5 and 14 warmup epochs below batch 8k, 16k, 32k and above), decays over a hard-coded 90 epochs,
+  and adds an L2 term to the loss on top of LARS' own decay (see optimizers.lars). The v0.7 checker
+  (closed_resnet_lars.yaml) checks end LR 1e-4, power 2, epsilon 0 and the weight decay, not the base LR, warmup
+  epochs or decay steps.
+- the v0.5 reference's head has 1001 classes (class 0 unused); here 1000 unless num_classes=1001.
+
 Input: data_prep.imagenet records; inputs.image's reference preprocessing; uint8 until the model's first layer.
 """
 from __future__ import annotations
@@ -31,13 +44,32 @@ MEAN_RGB = (123.68, 116.78, 103.94)  # the reference's _CHANNEL_MEANS (inputs/im
 SGD_REFERENCE_LEARNING_RATE = 0.128  # per 256 images (the v0.5 reference's _BASE_LR)
 
 
-def lars_reference_learning_rate(global_batch: int) -> float:
-    """Base LR of the LARS reference's PolynomialDecayWithWarmup when none is given, by global batch."""
+def _glorot_uniform():
+    import keras
+
+    return keras.initializers.GlorotUniform()
+
+
+def _normal_001():
+    import keras
+
+    return keras.initializers.RandomNormal(stddev=0.01)
+
+
+CLASSIFIER_INITIALIZERS = {"glorot_uniform": _glorot_uniform, "normal": _normal_001}
+
+
+SGD_REFERENCE_WARMUP_EPOCHS = 5.0    # the v0.5 reference's learning_rate_with_decay: int(batches_per_epoch * 5)
+
+
+def lars_reference_schedule(global_batch: int) -> tuple[float, float]:
+    """(base LR, warmup epochs) of the LARS reference's PolynomialDecayWithWarmup when none is given, by global batch
+    (mlcommons/training e8210745 image_classification/tensorflow2/lars_util.py)."""
     if global_batch < 16384:
-        return 10.0
+        return 10.0, 5.0
     if global_batch < 32768:
-        return 25.0
-    return 31.2
+        return 25.0, 5.0
+    return 31.2, 25.0
 
 
 class ResNet50(Workload):
@@ -48,6 +80,10 @@ class ResNet50(Workload):
     throughput_unit = "images"
     train_flops_per_sample = 24.5e9  # 224x224 ResNet-50 v1.5 training (MLPERF.md section 3)
     default_max_epochs = 90
+
+    def default_epochs(self, hparams):
+        # The polynomial schedule ends at train_epochs (the reference stops there); the step schedule runs 90.
+        return hparams["train_epochs"] if hparams["lr_schedule"] == "poly" else self.default_max_epochs
     demo_target = 0.6
     demo_hparams = {"image_size": 32, "eval_resize": 36, "width": 8, "block_sizes": (1, 1, 1, 1),
                     "batch_size": 32, "eval_every": 1, "shuffle_buffer": 512, "optimizer": "sgd",
@@ -74,21 +110,23 @@ class ResNet50(Workload):
             "mean": MEAN_RGB,
             "std": (1.0, 1.0, 1.0),
             "momentum": 0.9,
-            "warmup_epochs": 5.0,
+            "warmup_epochs": None,         # None: the reference's (5 for SGD; LARS: lars_reference_schedule's)
             "end_learning_rate": 1e-4,
             "poly_power": 2.0,
             "lars_eta": 0.001,
             "lars_epsilon": 0.0,
             **IMAGENET,
         }
+        # The classifier's kernel: tf.layers.dense's default glorot-uniform in the v0.5 reference, N(0, 0.01) from
+        # mlcommons/training 6cb3d426 ("Change to dense layer", May 2019: the v0.6 reference) on.
         if ruleset == "0.5":
             hparams.update({"optimizer": "sgd", "lr_schedule": "step", "learning_rate": SGD_REFERENCE_LEARNING_RATE,
                             "weight_decay": 1e-4, "label_smoothing": 0.0, "decay_epochs": (30, 60, 80, 90),
-                            "decay_factor": 0.1, "train_epochs": 90})
+                            "decay_factor": 0.1, "train_epochs": 90, "classifier_init": "glorot_uniform"})
         else:
             hparams.update({"optimizer": "lars", "lr_schedule": "poly", "learning_rate": 0.0,
                             "weight_decay": 2e-4, "label_smoothing": 0.1, "decay_epochs": (30, 60, 80, 90),
-                            "decay_factor": 0.1, "train_epochs": 41})
+                            "decay_factor": 0.1, "train_epochs": 41, "classifier_init": "normal"})
         return hparams
 
     def dataset_hparams(self, manifest):
@@ -107,6 +145,14 @@ class ResNet50(Workload):
 
     # ---- model, optimizer, loss ----
 
+    def check(self, config, manifest):
+        self._check(config)
+        hp = config.hparams
+        if hp["lr_schedule"] == "poly" and config.max_epochs > hp["train_epochs"]:
+            raise ConfigError(f"--max_epochs={config.max_epochs} runs past the polynomial schedule's "
+                              f"train_epochs={hp['train_epochs']} (its LR would stay at the end value): pass "
+                              f"--hparams=train_epochs={config.max_epochs} or a smaller --max_epochs")
+
     def _check(self, config):
         hp = config.hparams
         if hp["optimizer"] not in ("sgd", "lars"):
@@ -115,6 +161,9 @@ class ResNet50(Workload):
             raise ConfigError(f"hyperparameter lr_schedule={hp['lr_schedule']!r}: expected step or poly")
         if hp["optimizer"] == "lars" and hp["lr_schedule"] != "poly":
             raise ConfigError("LARS is defined with the polynomial schedule (lr_schedule=poly)")
+        if hp["classifier_init"] not in CLASSIFIER_INITIALIZERS:
+            raise ConfigError(f"hyperparameter classifier_init={hp['classifier_init']!r}: expected "
+                              f"{' or '.join(CLASSIFIER_INITIALIZERS)}")
         if not 0 <= config.eval_offset < hp["eval_every"]:
             raise ConfigError(f"--eval_offset={config.eval_offset}: must be 0..{hp['eval_every'] - 1} "
                               f"(evaluations every {hp['eval_every']} epochs)")
@@ -133,18 +182,22 @@ class ResNet50(Workload):
                                       zero_init_residual=hp["zero_init_residual"], one_pass_batch_norm=True)
         return resnet.classifier(hp["image_size"], hp["num_classes"], block_sizes=hp["block_sizes"],
                                  bottleneck=True, width=hp["width"], mean=hp["mean"], std=hp["std"],
-                                 options=options, name="resnet50_v1_5")
+                                 options=options, name="resnet50_v1_5",
+                                 head_initializer=CLASSIFIER_INITIALIZERS[hp["classifier_init"]]())
 
     def _schedule(self, config, steps_per_epoch: int) -> dict:
         """The learning-rate schedule's numbers (what build_optimizer uses and mllog_hparams logs)."""
         hp = config.hparams
         batch = config.global_batch_size
         if hp["optimizer"] == "lars":
-            initial = hp["learning_rate"] or lars_reference_learning_rate(batch)
+            table_lr, table_warmup = lars_reference_schedule(batch)
+            initial = hp["learning_rate"] or table_lr
         else:  # learning_rate is per 256 images (linear scaling); 0: the v0.5 reference's 0.128
             initial = (hp["learning_rate"] or SGD_REFERENCE_LEARNING_RATE) * batch / 256
-        warmup = int(hp["warmup_epochs"] * steps_per_epoch)
-        out = {"initial": initial, "warmup_steps": warmup, "warmup_epochs": hp["warmup_epochs"]}
+            table_warmup = SGD_REFERENCE_WARMUP_EPOCHS
+        warmup_epochs = table_warmup if hp["warmup_epochs"] is None else float(hp["warmup_epochs"])
+        warmup = int(warmup_epochs * steps_per_epoch)
+        out = {"initial": initial, "warmup_steps": warmup, "warmup_epochs": warmup_epochs}
         if hp["lr_schedule"] == "step":
             rates = [hp["decay_factor"] ** i for i in range(len(hp["decay_epochs"]) + 1)]
             out.update(boundaries=[int(e * steps_per_epoch) for e in hp["decay_epochs"]], rates=rates,
@@ -212,7 +265,8 @@ class ResNet50(Workload):
         hp = config.hparams
         paths = records.worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
         return _ImageNetTrainData(config, dist, paths, self.steps_per_epoch(config, manifest),
-                                  hp["train_images"], self._label_offset(config, manifest))
+                                  hp["train_images"], self._label_offset(config, manifest),
+                                  records.worker_rows(manifest, "train", dist.rank, dist.world_size))
 
     def synthetic_train_data(self, config, dist):
         return _SyntheticTrainData(config, dist.rank, self.steps_per_epoch(config, None))
@@ -267,10 +321,13 @@ class ResNet50(Workload):
 
 
 class _ImageNetTrainData(TrainData):
-    def __init__(self, config, dist, paths, steps, samples, label_offset):
+    def __init__(self, config, dist, paths, steps, samples, label_offset, worker_images):
+        from mlperf_keras.inputs import image
+
         self.config, self.rank, self.paths = config, dist.rank, paths
         self.steps_per_epoch, self.samples_per_epoch = steps, samples
-        self.label_offset = label_offset
+        self.label_offset, self.worker_images = label_offset, worker_images
+        image.check_epoch_fits(worker_images, config.per_worker_batch_size, steps)   # fail now, not at epoch 1
 
     def dataset(self, epoch):
         from mlperf_keras.inputs import image
@@ -282,7 +339,7 @@ class _ImageNetTrainData(TrainData):
             self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
             image_size=hp["image_size"], crop=crop, shuffle_buffer=hp["shuffle_buffer"],
-            label_offset=self.label_offset)
+            label_offset=self.label_offset, num_images=self.worker_images)
 
     def batches(self, epoch):
         from mlperf_keras.inputs import records

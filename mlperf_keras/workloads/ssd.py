@@ -10,19 +10,29 @@ As the MLPerf reference (mlcommons/training single_stage_detector/ssd, the PyTor
   encoded against the default boxes); images without annotations are left out of training and evaluation, as the
   reference's COCODetection does (117,266 train / 4,952 val images);
 - optimisation: SGD momentum 0.9 with L2 weight decay 5e-4 on every parameter (torch.optim.SGD's weight_decay), LR
-  2.5e-3 per 32 images, linear warmup from 0 (warmup factor 0) over warmup_epochs, x0.1 at epochs 40 and 50
-  (each scalable by 1 + k/10, the rules' allowance);
-- evaluation after epochs 40, 50, 55, ..., 80 (v0.6+); v0.5 evaluated at iterations 120k, 160k, 180k, 200k, 220k and
-  240k of batch 32, which become the epochs containing them; target 0.212 (v0.5) / 0.23.
+  2.5e-3 per 32 images (v0.5: 1e-3, which its single-GPU reference never scaled), linear warmup from 0 (warmup
+  factor 0) over warmup_epochs; x0.1 twice: v0.5/v0.6 at iterations 160k and 200k of batch 32, i.e. from update
+  (160,000 x 32) // global batch on (epochs 43.66 and 54.58 of COCO's 117,266 images; hparam decay_iterations), v0.7
+  at the start of epochs 40 and 50 (decay_epochs, each scalable by 1 + k/10, the rules' allowance);
+- evaluation: v0.5/v0.6 at iterations 120k, 160k, 180k, 200k, 220k and 240k of batch 32, v0.7 after epochs 40, 50,
+  55, ..., 80; target 0.212 (v0.5) / 0.23.
 
-Differences, on purpose:
-- The 1.0.0 checker demands opt_learning_rate_warmup_steps >= 1, while the reference's warmup is off unless asked
-  for; here it is on by default (warmup_epochs=1.0). warmup_epochs=0 is refused.
-- (Not a difference: as the reference, batch-norm statistics are averaged across workers before each evaluation;
-  loop.py does it for every workload.)
+Differences from the reference (mlcommons/training single_stage_detector/ssd at 0badcd1 (v0.5), d99c36dc (v0.6) and
+f9e0e82d (v0.7)), on purpose:
+- The checkers demand opt_learning_rate_warmup_steps > 0 (0.6.0) / >= 1 (1.0.0), while the reference's warmup is off
+  unless asked for (v0.5 has none); here it is on by default (warmup_epochs=1.0). warmup_epochs=0 is refused.
+- The v0.5/v0.6 evaluations run after the epoch that holds each iteration, not at the iteration.
+- v0.5's LR is scaled by batch / 32; its reference ran one GPU at batch 32 with a fixed 1e-3.
+- Data order (inputs.boxes.ssd_train_dataset): record files split between workers, each worker's images once per
+  epoch through a shuffle buffer, the last batch filled by wrapping; the reference shuffles indices (v0.7:
+  DistributedSampler, padded by wrapping) and ends an epoch with a smaller batch. A worker whose share does not fit
+  in its epoch is refused (DataError) rather than dropping images.
+- (Not a difference: as the v0.7 reference's train.py, batch-norm statistics are averaged across workers before each
+  evaluation; loop.py does it for every workload.)
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 
@@ -34,13 +44,30 @@ from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
 
 # COCO 2017 as the reference reads it (images with at least one annotation), for --dry_run and --synthetic.
 COCO2017 = {"train_images": 117_266, "val_images": 4_952, "num_classes": 81}
-BASE_LEARNING_RATE = 2.5e-3          # per 32 images (the reference's _BASE_LR)
+BASE_LEARNING_RATE = 2.5e-3          # per 32 images (the v0.6+ reference's --lr default, scaled by batch / 32)
+V05_LEARNING_RATE = 1e-3             # the v0.5 reference's fixed current_lr, at its batch 32
+# The v0.5/v0.6 references count in iterations of batch 32 (train.py --evaluation defaults and the two
+# `iter_num == (160000 * 32) // global_batch_size` decays; mlcommons/training 0badcd1 and d99c36dc); v0.7 in epochs
+# (f9e0e82d: --evaluation 40 50 55 ... 80, --lr-decay-schedule 40 50).
 V05_EVAL_ITERATIONS = (120_000, 160_000, 180_000, 200_000, 220_000, 240_000)  # at batch 32
+V05_DECAY_ITERATIONS = (160_000, 200_000)                                     # at batch 32
+ITERATION_RULESETS = ("0.5", "0.6")
 
 
 def v05_eval_epochs(train_images: int) -> tuple:
-    """The v0.5 eval points (iterations of batch 32) as the 1-based epochs that contain them."""
+    """The v0.5/v0.6 eval points (iterations of batch 32) as the 1-based epochs that contain them."""
     return tuple(sorted({math.ceil(it * 32 / train_images) for it in V05_EVAL_ITERATIONS}))
+
+
+def backbone_weights_id(path) -> str:
+    """What the log says a run started from: "<file name> sha256:<hex digest>", or "none" (random weights)."""
+    if path in (None, "none"):
+        return "none"
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"{os.path.basename(path)} sha256:{digest.hexdigest()}"
 
 
 class SSD(Workload):
@@ -54,7 +81,8 @@ class SSD(Workload):
     uses_backbone_weights = True
     demo_target = 0.2
     demo_hparams = {"width": 8, "batch_size": 16, "eval_epochs": (5, 10, 15, 20, 25, 30, 35, 40),
-                    "warmup_epochs": 1.0, "decay_epochs": (30, 36), "learning_rate": 5e-2,
+                    "warmup_epochs": 1.0, "decay_epochs": (30, 36), "decay_iterations": (),
+                    "learning_rate": 5e-2,
                     "shuffle_buffer": 256}
 
     def reference_hparams(self, ruleset: str) -> dict:
@@ -63,14 +91,16 @@ class SSD(Workload):
             "width": 64,                   # ResNet-34 stem/first-stage filters (doubling per stage)
             "batch_size": 32,              # global, when neither --batch_size nor a preset gives one
             "eval_batch_size": 0,          # per worker; 0: the per-worker training batch
-            "learning_rate": BASE_LEARNING_RATE,   # per 32 images
+            "learning_rate": V05_LEARNING_RATE if ruleset == "0.5" else BASE_LEARNING_RATE,   # per 32 images
             "momentum": 0.9,
             "weight_decay": 5e-4,
             "warmup_epochs": 1.0,
             "warmup_factor": 0,
-            "decay_epochs": (40, 50),
+            # x0.1 at these iterations of batch 32 (v0.5/v0.6) or at the start of these epochs (v0.7); one is empty.
+            "decay_iterations": V05_DECAY_ITERATIONS if ruleset in ITERATION_RULESETS else (),
+            "decay_epochs": () if ruleset in ITERATION_RULESETS else (40, 50),
             "decay_factor": 0.1,
-            "eval_epochs": (v05_eval_epochs(COCO2017["train_images"]) if ruleset == "0.5"
+            "eval_epochs": (v05_eval_epochs(COCO2017["train_images"]) if ruleset in ITERATION_RULESETS
                             else (40, 50, 55, 60, 65, 70, 75, 80)),
             "max_samples": 1,              # crop attempts per chosen mode (the rules allow 1 or 50)
             "skip_crowd": False,           # the reference trains on crowd boxes too
@@ -104,6 +134,13 @@ class SSD(Workload):
 
     # ---- model, optimizer, loss ----
 
+    def check(self, config, manifest):
+        self._check(config)
+        if manifest is not None and not config.demo and config.backbone_weights is None:
+            raise ConfigError("--model=ssd on real data needs --backbone_weights: the reference starts from "
+                              "ImageNet-trained ResNet-34 weights (convert torchvision's with python -m "
+                              "data_prep.ssd_backbone); --backbone_weights=none trains from random weights")
+
     def _check(self, config):
         hp = config.hparams
         if hp["max_samples"] not in (1, 50):
@@ -112,9 +149,10 @@ class SSD(Workload):
             raise ConfigError("warmup_epochs must be positive: the 1.0.0 checker demands at least one warmup step")
         if hp["warmup_factor"] != 0:
             raise ConfigError("warmup_factor: only 0 (a linear warmup from 0, the reference's default) is built")
-        if len(hp["decay_epochs"]) != 2:
-            raise ConfigError(f"decay_epochs={hp['decay_epochs']}: the rules name two boundaries (40 and 50, "
-                              f"each scalable by 1 + k/10)")
+        if (len(hp["decay_epochs"]), len(hp["decay_iterations"])) not in ((2, 0), (0, 2)):
+            raise ConfigError(f"decay_epochs={hp['decay_epochs']}, decay_iterations={hp['decay_iterations']}: give "
+                              f"two boundaries in one of them and leave the other empty (the references: iterations "
+                              f"160000-200000 of batch 32 in v0.5/v0.6, epochs 40-50 from v0.7)")
 
     def build_model(self, config):
         from mlperf_keras.layers import resnet, ssd
@@ -123,19 +161,27 @@ class SSD(Workload):
         hp = config.hparams
         options = resnet.BlockOptions(bn_momentum=hp["bn_momentum"], bn_epsilon=hp["bn_epsilon"])
         model = ssd.ssd300(num_classes=hp["num_classes"], width=hp["width"], options=options)
-        if config.backbone_weights:
+        if config.backbone_weights not in (None, "none"):
             ssd.load_backbone_weights(model, config.backbone_weights)
         return model
 
     def _schedule(self, config, steps_per_epoch: int) -> dict:
+        """The learning-rate schedule's numbers: what build_optimizer uses and mllog_hparams logs."""
         hp = config.hparams
-        initial = hp["learning_rate"] * config.global_batch_size / 32
+        batch = config.global_batch_size
+        initial = hp["learning_rate"] * batch / 32
         warmup = max(1, int(hp["warmup_epochs"] * steps_per_epoch))
-        # The reference multiplies the LR by 0.1 at the start of each decay epoch: the first decayed update is
-        # step decay_epoch * steps_per_epoch, and StepWithWarmup decays for steps above a boundary.
-        boundaries = [int(e * steps_per_epoch) - 1 for e in hp["decay_epochs"]]
+        # first_decayed[i]: the 0-based update from which the LR is multiplied by decay_factor ** (i + 1). v0.7
+        # decays at the start of an epoch; v0.5/v0.6 before update (iterations x 32) // global batch.
+        if hp["decay_iterations"]:
+            first_decayed = [it * 32 // batch for it in hp["decay_iterations"]]
+        else:
+            first_decayed = [int(e * steps_per_epoch) for e in hp["decay_epochs"]]
+        boundaries = [step - 1 for step in first_decayed]    # StepWithWarmup decays for steps above a boundary
         rates = [hp["decay_factor"] ** i for i in range(len(boundaries) + 1)]
-        return {"initial": initial, "warmup_steps": warmup, "boundaries": boundaries, "rates": rates}
+        return {"initial": initial, "warmup_steps": warmup, "boundaries": boundaries, "rates": rates,
+                "boundary_epochs": [step / steps_per_epoch for step in first_decayed] if hp["decay_iterations"]
+                else list(hp["decay_epochs"])}
 
     def build_optimizer(self, config, steps_per_epoch):
         from mlperf_keras import optimizers
@@ -189,8 +235,9 @@ class SSD(Workload):
         return {"opt_base_learning_rate": s["initial"], "opt_weight_decay": hp["weight_decay"],
                 "opt_learning_rate_warmup_steps": s["warmup_steps"],
                 "opt_learning_rate_warmup_factor": hp["warmup_factor"],
-                "opt_learning_rate_decay_boundary_epochs": list(hp["decay_epochs"]),
-                "model_bn_span": config.per_worker_batch_size, "max_samples": hp["max_samples"]}
+                "opt_learning_rate_decay_boundary_epochs": s["boundary_epochs"],
+                "model_bn_span": config.per_worker_batch_size, "max_samples": hp["max_samples"],
+                "backbone_weights": backbone_weights_id(config.backbone_weights)}
 
     # ---- demo ----
 
@@ -208,8 +255,14 @@ class SSD(Workload):
 
 class _CocoTrainData(TrainData):
     def __init__(self, config, rank, paths, steps, samples):
+        from mlperf_keras.inputs import boxes
+
         self.config, self.rank, self.paths = config, rank, paths
         self.steps_per_epoch, self.samples_per_epoch = steps, samples
+        # This worker's trainable images, counted once (one read of its files): every epoch serves each of them
+        # exactly once and fails up front when its share does not fit in an epoch.
+        self.num_images = boxes.count_images(paths, skip_crowd=config.hparams["skip_crowd"])
+        boxes.check_epoch_fits(self.num_images, config.per_worker_batch_size, steps, paths)
 
     def batches(self, epoch):
         from mlperf_keras.inputs import boxes, records
@@ -218,7 +271,8 @@ class _CocoTrainData(TrainData):
         return records.backend_batches(boxes.ssd_train_dataset(
             self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
-            max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"]))
+            max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"],
+            num_images=self.num_images))
 
 
 class _SyntheticTrainData(TrainData):
