@@ -3,6 +3,7 @@
 # mlperf-logging in .whl/, since the machine has JAX and PyTorch but no Keras):
 #   bash benchmarks/gpu_suite.sh peers     # 1 GPU: ours (loop and bare step) and the PyTorch peer, per workload
 #   bash benchmarks/gpu_suite.sh scaling   # 1 and 2 GPUs, per-GPU batch fixed (weak scaling), JAX DataParallel
+#   bash benchmarks/gpu_suite.sh gnmt      # GNMT against its PyTorch peer on our own batch (compiled and eager)
 #   bash benchmarks/gpu_suite.sh transformer  # the Transformer against its peer on our own batch, and step variants
 #                                             # (VARIANTS="flags;flags;..." picks benchmarks/transformer_variants.py runs)
 # Each result is one JSON line appended to $OUT/results.jsonl.
@@ -17,7 +18,7 @@ export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 # Never use NVLink multicast on shared hosts (the device README's rule).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 STEPS=${STEPS:-30}
-declare -A BATCH=([ncf]=1048576 [resnet]=256 [ssd]=128 [transformer]=8192)
+declare -A BATCH=([ncf]=1048576 [resnet]=256 [ssd]=128 [transformer]=8192 [gnmt]=256)
 MODELS=${MODELS:-"ncf resnet ssd transformer"}
 RUNS=/tmp/gpu_suite_runs  # one JSON per run (only a few files may come back from $OUT)
 mkdir -p "$RUNS"
@@ -69,5 +70,13 @@ case "${1:-}" in
       tag=$(echo "$v" | tr -c 'a-z0-9\n' '_')
       ours transformer 0 8192 "variant$tag" --variant="$v" --seed=1
     done ;;
-  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|transformer" >&2; exit 2 ;;
+  gnmt)
+    # Ours as shipped (256 sentences, NVIDIA's v0.6/v0.7 per-GPU batch), saving its batch; the peer on that batch.
+    ours gnmt 0 256 ours_1gpu --seed=1 --save_batch="$RUNS/gnmt_batch.npz"
+    for extra in "" "--no_compile"; do
+      CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model=gnmt --batch_size=256 --steps="$STEPS" \
+        --warmup_steps=5 --batch_file="$RUNS/gnmt_batch.npz" $extra 2>/dev/null | tail -2 | tee -a "$OUT/results.jsonl" \
+        || echo "FAILED: gnmt peer $extra"
+    done ;;
+  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|transformer|gnmt" >&2; exit 2 ;;
 esac
