@@ -62,6 +62,15 @@ def parameter_count(options: GNMTOptions, biases_per_gate: int = 1) -> int:
     return embedding + encoder + decoder
 
 
+def _lstm_dtype():
+    """float32 for the LSTMs under mixed precision on JAX: jax.experimental.rnn's cuDNN LSTM (what Keras' JAX LSTM
+    runs on a GPU) rejects bfloat16 and float16 ("Unknown output type bfloat16"). The embedding, attention and
+    classifier keep the mixed policy; on TensorFlow the LSTMs follow the global policy."""
+    if keras.backend.backend() == "jax" and keras.mixed_precision.global_policy().compute_dtype != "float32":
+        return "float32"
+    return None
+
+
 class GNMT(keras.Model):
     """call({"source": [B, S], "target_input": [B, T]}) -> logits [B, T, vocab]. Decoding: `beam_decoder`."""
 
@@ -75,7 +84,7 @@ class GNMT(keras.Model):
         def lstm(name, go_backwards=False):
             return keras.layers.LSTM(h, return_sequences=True, go_backwards=go_backwards, kernel_initializer=init,
                                      recurrent_initializer=init, bias_initializer=init, unit_forget_bias=False,
-                                     name=name)
+                                     dtype=_lstm_dtype(), name=name)
 
         self.embedding = keras.layers.Embedding(options.vocab_size, h, embeddings_initializer=init, name="embedding")
         # The bidirectional layer as two LSTMs: keras.layers.Bidirectional rebuilds its forward layer from its
@@ -147,7 +156,7 @@ class GNMT(keras.Model):
         mask = ops.repeat(mask, beam_size, axis=0)
         keys = self.attention.project_keys(memory)
         rows = int(source.shape[0]) * beam_size
-        zeros = ops.zeros((rows, self.options.hidden), self.embedding.compute_dtype)
+        zeros = ops.zeros((rows, self.options.hidden), self.decoder_layers[0].compute_dtype)
         state = [[zeros, zeros] for _ in self.decoder_layers]
 
         def step(ids, position, state):
