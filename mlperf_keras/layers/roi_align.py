@@ -34,7 +34,7 @@ def box_levels(boxes, num_levels: int = 4, k_min: int = 2, canonical_scale: floa
     return ops.cast(level, "int32")
 
 
-def _axis_samples(start, end, size, output_size: int, sampling_ratio: int):
+def axis_samples(start, end, size, output_size: int, sampling_ratio: int):
     """Sample positions along one axis, their low/high neighbours and the interpolation weights.
 
     start, end, size: (R,) in feature pixels (size: the level's extent, float); returns tensors of shape
@@ -82,9 +82,9 @@ def multilevel_roi_align(features, boxes, output_size: int, sampling_ratio: int 
     image = ops.repeat(ops.arange(batch, dtype="int32"), rois)
     base = ops.cast(batch, "int32") * pick(level_starts, "int32") + image * ops.cast(height * width, "int32")
 
-    y_low, y_high, wy_low, wy_high = _axis_samples(boxes[:, 1] * scale, boxes[:, 3] * scale, height, output_size,
+    y_low, y_high, wy_low, wy_high = axis_samples(boxes[:, 1] * scale, boxes[:, 3] * scale, height, output_size,
                                                    sampling_ratio)
-    x_low, x_high, wx_low, wx_high = _axis_samples(boxes[:, 0] * scale, boxes[:, 2] * scale, width, output_size,
+    x_low, x_high, wx_low, wx_high = axis_samples(boxes[:, 0] * scale, boxes[:, 2] * scale, width, output_size,
                                                    sampling_ratio)
     row_width = ops.cast(width, "int32")[:, None, None]
     base = base[:, None, None]
@@ -104,4 +104,4 @@ def multilevel_roi_align(features, boxes, output_size: int, sampling_ratio: int 
     return ops.reshape(out, (batch, rois, n, n, channels))
 
 
-__all__ = ["POOLER_SCALES", "box_levels", "multilevel_roi_align"]
+__all__ = ["POOLER_SCALES", "axis_samples", "box_levels", "multilevel_roi_align"]
