@@ -308,7 +308,9 @@ def rpn_targets(level_anchors, gt_boxes, gt_valid, image_sizes, spec: Spec, seed
     matched = ops.take_along_axis(ops.maximum(matches, 0), index, axis=1)
     gt = ops.take_along_axis(gt_boxes, matched[..., None], axis=1)
     targets = anchor_lib.encode_ops(gt, ops.take(anchors, index, axis=0), anchor_lib.RPN_CODER_WEIGHTS)
-    return index, ops.cast(is_positive, "float32"), valid, targets
+    # only positives have targets; zeros elsewhere keep non-finite codes out of the loss and its gradient
+    targets = ops.where(is_positive[..., None], targets, 0.0)
+    return index, ops.cast(is_positive, "float32"), valid, ops.stop_gradient(targets)
 
 
 def rpn_losses(logits, deltas, index, labels, valid, targets):
@@ -317,9 +319,10 @@ def rpn_losses(logits, deltas, index, labels, valid, targets):
     count = ops.maximum(ops.sum(valid), 1.0)
     x = ops.take_along_axis(logits, index, axis=1)
     bce = ops.maximum(x, 0.0) - x * labels + ops.log1p(ops.exp(-ops.abs(x)))
-    objectness = ops.sum(bce * valid) / count
+    objectness = ops.sum(ops.where(valid > 0, bce, 0.0)) / count
     d = ops.take_along_axis(deltas, index[..., None], axis=1)
-    box = ops.sum(ops.sum(smooth_l1(d - targets, 1.0 / 9), axis=-1) * labels * valid) / count
+    # where, not a product: unused slots may hold non-finite targets (a degenerate box codes to log 0)
+    box = ops.sum(ops.where(labels * valid > 0, ops.sum(smooth_l1(d - targets, 1.0 / 9), axis=-1), 0.0)) / count
     return objectness, box
 
 
@@ -338,6 +341,8 @@ def roi_targets(proposals, proposal_valid, gt_boxes, gt_classes, gt_valid, spec:
     labels = ops.where(is_positive, ops.take_along_axis(gt_classes, matched, axis=1), 0)
     targets = anchor_lib.encode_ops(ops.take_along_axis(gt_boxes, matched[..., None], axis=1), rois,
                                     anchor_lib.BOX_CODER_WEIGHTS)
+    # a degenerate proposal (x2 = x1 - 1 after clipping) codes to log 0: only positives keep their targets
+    targets = ops.where(is_positive[..., None], targets, 0.0)
     return ops.stop_gradient(rois), ops.cast(labels, "int32"), valid, ops.stop_gradient(targets), matched
 
 
@@ -347,10 +352,10 @@ def box_losses(class_logits, box_deltas, labels, valid, targets):
     count = ops.maximum(ops.sum(valid), 1.0)
     log_probs = ops.log_softmax(class_logits, axis=-1)
     nll = -ops.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
-    classification = ops.sum(nll * valid) / count
+    classification = ops.sum(ops.where(valid > 0, nll, 0.0)) / count
     own = ops.take_along_axis(box_deltas, labels[..., None, None], axis=2)[..., 0, :]
-    positive = ops.cast(labels > 0, "float32") * valid
-    box = ops.sum(ops.sum(smooth_l1(own - targets, 1.0), axis=-1) * positive) / count
+    positive = ops.logical_and(labels > 0, valid > 0)
+    box = ops.sum(ops.where(positive, ops.sum(smooth_l1(own - targets, 1.0), axis=-1), 0.0)) / count
     return classification, box
 
 
@@ -384,7 +389,7 @@ def mask_loss(mask_logits, labels, targets, valid):
     bce = ops.maximum(x, 0.0) - x * targets + ops.log1p(ops.exp(-ops.abs(x)))
     valid = ops.cast(valid, "float32")
     # every ROI has the same number of pixels: the mean over all positive pixels is the mean of per-ROI means
-    return ops.sum(ops.mean(bce, axis=(2, 3)) * valid) / ops.maximum(ops.sum(valid), 1.0)
+    return ops.sum(ops.where(valid > 0, ops.mean(bce, axis=(2, 3)), 0.0)) / ops.maximum(ops.sum(valid), 1.0)
 
 
 class MaskRCNN(keras.Model):
