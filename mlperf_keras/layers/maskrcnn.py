@@ -425,7 +425,7 @@ class MaskRCNN(keras.Model):
         pyramid, logits, deltas = outs[:5], outs[5:10], outs[10:]
         level_anchors = anchor_lib.fpn_anchors(images.shape[1], images.shape[2])
         if not training:
-            raise NotImplementedError("Mask R-CNN inference (detections and masks) is not built yet")
+            return self._detect(pyramid, logits, deltas, level_anchors, sizes)
         proposals, proposal_valid = rpn_proposals(logits, deltas, level_anchors, sizes, spec.pre_nms_train,
                                                   spec.proposals_per_image, spec.rpn_nms)
         gt_boxes = ops.cast(inputs["gt_boxes"], "float32")
@@ -449,6 +449,85 @@ class MaskRCNN(keras.Model):
             "mask_targets": ops.stop_gradient(mask_targets(inputs["gt_masks"], mask_rois, matched[:, :positives])),
             "mask_valid": ops.logical_and(labels[:, :positives] > 0, valid[:, :positives]),
         }
+
+    def _detect(self, pyramid, logits, deltas, level_anchors, sizes):
+        spec = self.spec
+        proposals, proposal_valid = rpn_proposals(logits, deltas, level_anchors, sizes, spec.pre_nms_test,
+                                                  spec.proposals_per_image, spec.rpn_nms)
+        class_logits, box_deltas = self._heads(self.box_head, pyramid, proposals, BOX_POOL)
+        boxes, scores, labels, valid = detections(proposals, proposal_valid, class_logits, box_deltas, sizes, spec)
+        mask_logits = self._heads(self.mask_head, pyramid, boxes, MASK_POOL)
+        own = ops.take_along_axis(mask_logits, labels[:, :, None, None, None], axis=-1)[..., 0]
+        return {"boxes": boxes, "scores": scores, "labels": labels, "valid": valid, "masks": ops.sigmoid(own)}
+
+
+def detections(proposals, proposal_valid, class_logits, box_deltas, image_sizes, spec: Spec):
+    """The box head's post-processing (modeling/roi_heads/box_head/inference.py PostProcessor, same commit): softmax
+    scores, class-specific boxes decoded with (10, 10, 5, 5) and clipped, for every class but background the boxes
+    scoring above 0.05, NMS 0.5 within the class, then the 100 best of the image. Static shapes: every class's NMS
+    runs over all proposals (scores at or below the threshold never suppress and are never kept), so the result is
+    exact. Returns boxes (B, D, 4), scores (B, D), labels (B, D) int32 and valid (B, D), best first."""
+    batch, n, k = ops.shape(class_logits)[0], class_logits.shape[1], class_logits.shape[2]
+    scores = ops.softmax(class_logits, axis=-1)[..., 1:]                          # (B, N, K - 1)
+    anchors = ops.broadcast_to(proposals[:, :, None, :], (batch, n, k - 1, 4))
+    boxes = anchor_lib.decode_ops(box_deltas[:, :, 1:], anchors, anchor_lib.BOX_CODER_WEIGHTS)
+    boxes = ops.reshape(clip_boxes(ops.reshape(boxes, (batch, n * (k - 1), 4)), image_sizes), (batch, n, k - 1, 4))
+    # per class: (B x (K - 1), N) sorted by score
+    class_scores = ops.reshape(ops.transpose(scores, (0, 2, 1)), (-1, n))
+    class_boxes = ops.reshape(ops.transpose(boxes, (0, 2, 1, 3)), (-1, n, 4))
+    candidate = ops.logical_and(class_scores > spec.score_threshold,
+                                ops.reshape(ops.broadcast_to(proposal_valid[:, None, :], (batch, k - 1, n)), (-1, n)))
+    order = ops.argsort(-ops.where(candidate, class_scores, -1.0), axis=-1)
+    class_scores = ops.take_along_axis(class_scores, order, axis=1)
+    class_boxes = ops.take_along_axis(class_boxes, order[..., None], axis=1)
+    candidate = ops.take_along_axis(candidate, order, axis=1)
+    keep = nms_keep(class_boxes, spec.detection_nms, candidate)
+    flat_scores = ops.reshape(ops.where(keep, class_scores, -1.0), (batch, -1))
+    flat_boxes = ops.reshape(class_boxes, (batch, -1, 4))
+    labels = ops.reshape(ops.broadcast_to(ops.arange(1, k, dtype="int32")[None, :, None], (batch, k - 1, n)),
+                         (batch, -1))
+    best, index = ops.top_k(flat_scores, min(spec.detections_per_image, n * (k - 1)))
+    return (ops.take_along_axis(flat_boxes, index[..., None], axis=1), ops.maximum(best, 0.0),
+            ops.take_along_axis(labels, index, axis=1), best > 0.0)
+
+
+BACKBONE_PREFIXES = ("stem_", "stage")   # layer names of the ResNet part (layers.resnet's names)
+
+
+def backbone_variables(model: keras.Model) -> dict:
+    """{"layer/weight": variable} of the ResNet part of a backbone_model (or of a MaskRCNN's backbone)."""
+    model = getattr(model, "backbone", model)
+    return {f"{layer.name}/{w.name}": w for layer in model.layers if layer.name.startswith(BACKBONE_PREFIXES)
+            for w in layer.weights}
+
+
+def load_backbone_weights(model: keras.Model, path: str) -> int:
+    """Assign the ResNet variables from an .npz written by data_prep.maskrcnn_backbone; every variable must be there
+    with its shape and every array must name one. Returns the count loaded."""
+    import zipfile
+
+    from mlperf_keras.config import ConfigError
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: backbone weights file not found") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ConfigError(f"{path}: not a readable .npz of backbone weights ({e})") from None
+    variables = backbone_variables(model)
+    for key, v in variables.items():
+        if key not in arrays:
+            raise ConfigError(f"{path}: no array for backbone variable {key} (convert Detectron's R-50.pkl with "
+                              f"python -m data_prep.maskrcnn_backbone)")
+        if tuple(arrays[key].shape) != tuple(v.shape):
+            raise ConfigError(f"{path}: {key} has shape {tuple(arrays[key].shape)}, the model's is {tuple(v.shape)}")
+    unknown = sorted(set(arrays) - set(variables))
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]} names no backbone variable ({len(unknown)} such arrays)")
+    for key, v in variables.items():
+        v.assign(arrays[key].astype(v.dtype))
+    return len(variables)
 
 
 def training_losses(pred) -> dict:
