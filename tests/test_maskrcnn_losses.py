@@ -217,8 +217,9 @@ step = steps.make_train_step(model, keras.optimizers.SGD(1e-4, momentum=0.9), ma
                              distribute.create(keras.backend.backend()), jit_compile=JIT)
 loss = float(step(batch, np.zeros(2, np.float32)))
 step.sync_to_model()
-moved = sum(not np.array_equal(b, np.array(v.value)) for b, v in zip(before, model.trainable_variables))
-print("RESULT", keras.backend.backend(), np.isfinite(loss), moved, len(before), time.time() - start)
+still = sorted({v.path.split("/")[-2] for b, v in zip(before, model.trainable_variables)
+                if np.array_equal(b, np.array(v.value))})
+print("RESULT", keras.backend.backend(), np.isfinite(loss), ",".join(still) or "-", time.time() - start)
 """
 
 
@@ -231,4 +232,7 @@ def test_one_train_step_through_steps_py(backend, jit):
                           env={**os.environ, "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu", "STEP_JIT": jit})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")][-1].split()
-    assert result[1] == backend and result[2] == "True" and result[3] == result[4], result
+    # Every trainable layer moves but P4/P5's output convolutions: on the 64x96 test images no P4/P5 anchor is
+    # inside the image and no ROI is large enough for those levels (test_gradients_reach_every_trainable_layer).
+    assert result[1] == backend and result[2] == "True", result
+    assert set(result[3].split(",")) <= {"fpn_layer4", "fpn_layer5"}, result
