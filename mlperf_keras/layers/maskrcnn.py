@@ -400,6 +400,10 @@ class MaskRCNN(keras.Model):
     "gt_classes" (B, G) int32 (1..K - 1; 0 pads) and "gt_masks" (B, G, H, W) uint8.
     Training output: a dict of predictions with the targets sampled for them (`training_losses` reads it), so the
     loop's loss(y_true, y_pred) needs no labels of its own.
+
+    Open (no input pipeline feeds this yet): full-resolution gt_masks cost G x H x W bytes per image, 107 MB at
+    G = 100 and 800 x 1344; a pipeline should send fewer padded objects or box-local masks (then mask_targets
+    changes to sample them in box coordinates).
     """
 
     def __init__(self, spec: Spec = Spec(), seed=None, **kwargs):
