@@ -1,6 +1,7 @@
 """COCO box mAP: SSD post-processing (decode, softmax, per-class NMS) and the COCOeval evaluator, merged exactly
 across workers. NumPy and pycocotools or faster-coco-eval only (no TensorFlow, no Keras), so a JAX-only machine can
-evaluate.
+evaluate. For Mask R-CNN: `paste_mask` (a 28x28 mask pasted at image resolution as the reference), `encode_mask`
+(RLE) and `evaluate_instances` (box and mask AP of the same detections; single process: no worker gather of RLEs yet).
 
 Post-processing follows the MLPerf reference (mlcommons/training single_stage_detector/ssd/utils.py,
 `Encoder.decode_batch` / `decode_single`, called by train.py's coco_eval with criteria 0.50 and max_output 200):
