@@ -18,6 +18,17 @@ As the MLPerf reference (mlcommons/training image_classification/tensorflow/offi
 
 ResNet-50 (bottleneck blocks 3-4-6-3, width 64) with a 1000-way dense head has 25,557,032 trainable parameters.
 SSD (ResNet-34: basic blocks 3-4-6-3) and Mask R-CNN (ResNet-50 stages as FPN inputs) build on `backbone()`.
+
+Mask R-CNN's backbone is the MSRA (Caffe2) ResNet-50 of the v0.6/v0.7 reference (mlcommons/training
+0badcd1786fcb007725ed05f1c44e9d80bbeac52, object_detection/pytorch/maskrcnn_benchmark/modeling/backbone/resnet.py,
+layers/batch_norm.py), selected by three options that leave every default unchanged:
+- `BlockOptions.stride_in_1x1`: the stride on a bottleneck's first 1x1 convolution (and the shortcut), not the 3x3
+  (Bottleneck: `stride_1x1, stride_3x3 = (stride, 1) if stride_in_1x1 else (1, stride)`);
+- `BlockOptions.frozen_batch_norm`: every batch norm is a fixed per-channel affine `x * scale + bias`
+  (FrozenBatchNorm2d: weight * running_var.rsqrt(), no epsilon; Detectron's R-50.pkl stores the folded scale and
+  bias), two non-trainable weights per layer named `scale` and `bias`;
+- `backbone(frozen_stages=k)`: the stem and the first k - 1 stages are not trained (the reference's
+  FREEZE_CONV_BODY_AT: 2 freezes the stem and res2), their layers built with `trainable=False`.
 """
 from __future__ import annotations
 
@@ -39,6 +50,12 @@ class BlockOptions:
     # layers/batch_norm.py's one-pass statistics (ResNet-50); off: Keras' own layer (SSD, where the tiny overfitting
     # test did worse with them, see that module).
     one_pass_batch_norm: bool = False
+    # MSRA / Caffe2 ResNet (Mask R-CNN): the stride on the first 1x1 convolution of a bottleneck.
+    stride_in_1x1: bool = False
+    # Mask R-CNN: batch norm as a fixed affine (FrozenAffine), never updated.
+    frozen_batch_norm: bool = False
+    # False: the layers built with these options are not trained (frozen stages).
+    trainable: bool = True
 
 
 def _kernel_init():
@@ -46,7 +63,7 @@ def _kernel_init():
     return keras.initializers.VarianceScaling(scale=1.0, mode="fan_in", distribution="truncated_normal")
 
 
-def conv(x, filters: int, kernel: int, strides: int, name: str):
+def conv(x, filters: int, kernel: int, strides: int, name: str, trainable: bool = True):
     """Convolution without bias, with the reference's fixed padding when strided."""
     if strides > 1:
         total = kernel - 1
@@ -56,27 +73,48 @@ def conv(x, filters: int, kernel: int, strides: int, name: str):
     else:
         padding = "same"
     return layers.Conv2D(filters, kernel, strides=strides, padding=padding, use_bias=False,
-                         kernel_initializer=_kernel_init(), name=name)(x)
+                         kernel_initializer=_kernel_init(), trainable=trainable, name=name)(x)
+
+
+class FrozenAffine(layers.Layer):
+    """Batch norm frozen as a fixed per-channel affine, `x * scale + bias` (the reference's FrozenBatchNorm2d with
+    running mean 0 and variance 1, the form Detectron's weights come in: no epsilon). Both weights are
+    non-trainable: they count in `count_params()` but not in `trainable_weights`."""
+
+    def build(self, input_shape):
+        channels = input_shape[-1]
+        self.scale = self.add_weight(shape=(channels,), initializer="ones", trainable=False, name="scale")
+        self.bias = self.add_weight(shape=(channels,), initializer="zeros", trainable=False, name="bias")
+
+    def call(self, x):
+        return x * keras.ops.cast(self.scale, x.dtype) + keras.ops.cast(self.bias, x.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
 
 def batch_norm(x, name: str, options: BlockOptions, zero_gamma: bool = False):
+    if options.frozen_batch_norm:
+        return FrozenAffine(name=name)(x)
     layer = BatchNormalization if options.one_pass_batch_norm else layers.BatchNormalization
     return layer(momentum=options.bn_momentum, epsilon=options.bn_epsilon,
-                 gamma_initializer="zeros" if zero_gamma else "ones", name=name)(x)
+                 gamma_initializer="zeros" if zero_gamma else "ones", trainable=options.trainable, name=name)(x)
 
 
 def conv_bn(x, filters: int, kernel: int, strides: int, name: str, options: BlockOptions, relu: bool = True,
             zero_gamma: bool = False):
-    x = conv(x, filters, kernel, strides, f"{name}_conv")
+    x = conv(x, filters, kernel, strides, f"{name}_conv", trainable=options.trainable)
     x = batch_norm(x, f"{name}_bn", options, zero_gamma)
     return layers.ReLU(name=f"{name}_relu")(x) if relu else x
 
 
 def bottleneck_block(x, filters: int, strides: int, name: str, options: BlockOptions, projection: bool):
-    """1x1 (filters) -> 3x3 (filters, stride: v1.5) -> 1x1 (4 x filters), plus the shortcut, then ReLU."""
+    """1x1 (filters) -> 3x3 (filters, stride: v1.5) -> 1x1 (4 x filters), plus the shortcut, then ReLU; with
+    options.stride_in_1x1 the stride moves to the first 1x1 (MSRA)."""
+    stride_1x1, stride_3x3 = (strides, 1) if options.stride_in_1x1 else (1, strides)
     shortcut = conv_bn(x, 4 * filters, 1, strides, f"{name}_proj", options, relu=False) if projection else x
-    y = conv_bn(x, filters, 1, 1, f"{name}_1", options)
-    y = conv_bn(y, filters, 3, strides, f"{name}_2", options)
+    y = conv_bn(x, filters, 1, stride_1x1, f"{name}_1", options)
+    y = conv_bn(y, filters, 3, stride_3x3, f"{name}_2", options)
     y = conv_bn(y, 4 * filters, 1, 1, f"{name}_3", options, relu=False, zero_gamma=options.zero_init_residual)
     return layers.ReLU(name=f"{name}_out")(layers.Add(name=f"{name}_add")([y, shortcut]))
 
@@ -117,13 +155,20 @@ def stage(x, block, filters: int, blocks: int, strides: int, name: str, options:
 
 
 def backbone(x, block_sizes=(3, 4, 6, 3), bottleneck: bool = True, width: int = 64,
-             strides=(1, 2, 2, 2), options: BlockOptions = BlockOptions(), pool_padding: str = "same") -> list:
-    """The stem and the stages on x; returns each stage's output (strides 4, 8, 16, 32 with the default strides)."""
-    x = stem(x, width, options, pool_padding)
+             strides=(1, 2, 2, 2), options: BlockOptions = BlockOptions(), pool_padding: str = "same",
+             frozen_stages: int = 0) -> list:
+    """The stem and the stages on x; returns each stage's output (strides 4, 8, 16, 32 with the default strides).
+
+    frozen_stages: 0 trains everything; k >= 1 freezes the stem and the first k - 1 stages (the reference's
+    FREEZE_CONV_BODY_AT numbering: stem = 1, res2 = 2).
+    """
+    frozen = dataclasses.replace(options, trainable=False)
+    x = stem(x, width, frozen if frozen_stages >= 1 else options, pool_padding)
     block = bottleneck_block if bottleneck else basic_block
     outputs = []
     for i, (blocks, stride) in enumerate(zip(block_sizes, strides)):
-        x = stage(x, block, width * 2 ** i, blocks, stride, f"stage{i + 1}", options)
+        stage_options = frozen if frozen_stages >= i + 2 else options
+        x = stage(x, block, width * 2 ** i, blocks, stride, f"stage{i + 1}", stage_options)
         outputs.append(x)
     return outputs
 
@@ -168,5 +213,5 @@ def classifier(image_size: int, num_classes: int, block_sizes=(3, 4, 6, 3), bott
     return keras.Model(images, logits, name=name)
 
 
-__all__ = ["BlockOptions", "POOL_PADDINGS", "RESNET_BLOCKS", "Normalize", "backbone", "basic_block", "batch_norm",
+__all__ = ["BlockOptions", "FrozenAffine", "POOL_PADDINGS", "RESNET_BLOCKS", "Normalize", "backbone", "basic_block", "batch_norm",
            "bottleneck_block", "classifier", "conv", "conv_bn", "stage", "stem"]

@@ -1,6 +1,7 @@
 """COCO box mAP: SSD post-processing (decode, softmax, per-class NMS) and the COCOeval evaluator, merged exactly
 across workers. NumPy and pycocotools or faster-coco-eval only (no TensorFlow, no Keras), so a JAX-only machine can
-evaluate.
+evaluate. For Mask R-CNN: `paste_mask` (a 28x28 mask pasted at image resolution as the reference), `encode_mask`
+(RLE) and `evaluate_instances` (box and mask AP of the same detections; single process: no worker gather of RLEs yet).
 
 Post-processing follows the MLPerf reference (mlcommons/training single_stage_detector/ssd/utils.py,
 `Encoder.decode_batch` / `decode_single`, called by train.py's coco_eval with criteria 0.50 and max_output 200):
@@ -289,9 +290,10 @@ def evaluate_detections(annotation_file, rows, log: Callable[[str], None] | None
     return np.asarray(evaluation.stats, np.float64)
 
 
-def _run_cocoeval(gt, rows: np.ndarray, backend: str):
-    """COCOeval(iouType="bbox") evaluate + accumulate + summarize of rows [K, 7] against the index `gt` of `backend`
-    -> (the COCOeval object, its 12 summary lines)."""
+def _run_cocoeval(gt, rows, backend: str, iou_type: str = "bbox"):
+    """COCOeval(iouType) evaluate + accumulate + summarize of results against the index `gt` of `backend` -> (the
+    COCOeval object, its 12 summary lines). rows: [K, 7] for "bbox", a list of result dicts (image_id,
+    category_id, segmentation RLE, score) for "segm"."""
     if backend == "faster_coco_eval":
         from faster_coco_eval import COCO, COCOeval_faster as COCOeval
     else:
@@ -306,7 +308,7 @@ def _run_cocoeval(gt, rows: np.ndarray, backend: str):
             dt.dataset = {"images": list(gt.dataset["images"]), "categories": list(gt.dataset["categories"]),
                           "annotations": []}
             dt.createIndex()
-        evaluation = COCOeval(gt, dt, iouType="bbox")
+        evaluation = COCOeval(gt, dt, iouType=iou_type)
         # faster_coco_eval prints through print_function (its evaluate() runs the C++ evaluate and accumulate in one
         # call; accumulate() then has nothing left to do), pycocotools through print.
         evaluation.print_function = lambda *args: None
@@ -397,5 +399,76 @@ class CocoDetectionMetric:
         return float(self.stats[0])
 
 
+# --- Instance segmentation (Mask R-CNN): box rows plus one RLE mask per row, scored as "bbox" and "segm". -----------
+
+
+def _resize_bilinear(mask: np.ndarray, height: int, width: int) -> np.ndarray:
+    """torch.nn.functional.interpolate(mode="bilinear", align_corners=False) of a 2-D array, in NumPy."""
+    def axis(n_in, n_out):
+        src = np.maximum((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0.0)
+        low = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+        high = np.minimum(low + 1, n_in - 1)
+        return low, high, src - low
+
+    y0, y1, ly = axis(mask.shape[0], height)
+    x0, x1, lx = axis(mask.shape[1], width)
+    rows = mask[y0] * (1 - ly)[:, None] + mask[y1] * ly[:, None]
+    return rows[:, x0] * (1 - lx)[None, :] + rows[:, x1] * lx[None, :]
+
+
+def paste_mask(mask: np.ndarray, box, height: int, width: int, threshold: float = 0.5, padding: int = 1):
+    """A square mask of probabilities (M x M) pasted into a (height, width) uint8 image at box (x1, y1, x2, y2), as
+    the Mask R-CNN reference's paste_mask_in_image (mlcommons/training 0badcd1786fcb007725ed05f1c44e9d80bbeac52,
+    object_detection/pytorch/maskrcnn_benchmark/modeling/roi_heads/mask_head/inference.py): the mask padded by one
+    zero pixel a side and the box scaled about its centre by (M + 2) / M, the box truncated to integers, the mask
+    resized bilinearly to the box's inclusive size, thresholded (> threshold) and cut to the image."""
+    m = mask.shape[-1]
+    padded = np.zeros((m + 2 * padding, m + 2 * padding), np.float32)
+    padded[padding:padding + m, padding:padding + m] = mask
+    scale = (m + 2 * padding) / m
+    x1, y1, x2, y2 = (float(v) for v in box)
+    cx, cy = (x1 + x2) * 0.5, (y1 + y2) * 0.5
+    w_half, h_half = (x2 - x1) * 0.5 * scale, (y2 - y1) * 0.5 * scale
+    # torch's .to(torch.int32) truncates toward zero
+    bx1, by1, bx2, by2 = (int(np.float32(v)) for v in (cx - w_half, cy - h_half, cx + w_half, cy + h_half))
+    w, h = max(bx2 - bx1 + 1, 1), max(by2 - by1 + 1, 1)
+    resized = _resize_bilinear(padded, h, w) > threshold
+    out = np.zeros((height, width), np.uint8)
+    xa, xb, ya, yb = max(bx1, 0), min(bx2 + 1, width), max(by1, 0), min(by2 + 1, height)
+    if xb > xa and yb > ya:
+        out[ya:yb, xa:xb] = resized[ya - by1:yb - by1, xa - bx1:xb - bx1]
+    return out
+
+
+def encode_mask(mask: np.ndarray) -> dict:
+    """A binary (H, W) mask -> COCO RLE with a str "counts" (pycocotools.mask.encode, as the reference)."""
+    import pycocotools.mask as mask_util
+
+    rle = mask_util.encode(np.asfortranarray(mask.astype(np.uint8)))
+    rle["counts"] = rle["counts"].decode("ascii")
+    return rle
+
+
+def evaluate_instances(annotation_file, rows, segmentations: Sequence[dict], log: Callable[[str], None] | None = None,
+                       backend: str | None = None) -> dict:
+    """COCO "bbox" and "segm" evaluation of detections: rows [K, 7] as evaluate_detections, segmentations the K RLE
+    masks of those rows (image resolution) -> {"bbox": 12 summary numbers, "segm": 12 summary numbers}."""
+    is_path = isinstance(annotation_file, (str, os.PathLike))
+    gt = load_ground_truth(annotation_file, backend) if is_path else annotation_file
+    rows = np.asarray(rows, np.float64).reshape(-1, ROW_COLUMNS)
+    if len(segmentations) != len(rows):
+        raise ValueError(f"{len(rows)} detection rows but {len(segmentations)} masks")
+    boxes = evaluate_detections(gt, rows, log=log)
+    results = [{"image_id": int(r[0]), "category_id": int(r[6]), "segmentation": seg, "score": float(r[5])}
+               for r, seg in zip(rows, segmentations)]
+    evaluation, lines = _run_cocoeval(gt, results if results else np.zeros((0, ROW_COLUMNS)), _index_backend(gt),
+                                      iou_type="segm")
+    if log is not None:
+        for line in lines:
+            log(line)
+    return {"bbox": boxes, "segm": np.asarray(evaluation.stats, np.float64)}
+
+
 __all__ = ["BACKENDS", "BACKEND_ENV", "CocoDetectionMetric", "STAT_NAMES", "coco_backend", "detection_rows",
-           "evaluate_detections", "label_to_category_table", "load_ground_truth", "nms", "postprocess"]
+           "encode_mask", "evaluate_detections", "evaluate_instances", "label_to_category_table", "load_ground_truth",
+           "nms", "paste_mask", "postprocess"]

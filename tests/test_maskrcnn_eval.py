@@ -1,0 +1,118 @@
+"""Mask R-CNN inference and evaluation: the box head's post-processing against a NumPy port of the reference's
+PostProcessor, mask pasting against pycocotools' RLE, box and mask AP 1.0 on the ground truth."""
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import pycocotools.mask as mask_util
+
+from mlperf_keras.inputs import anchors as anchor_lib
+from mlperf_keras.layers import maskrcnn
+from mlperf_keras.metrics import coco
+from tests.test_maskrcnn_losses import np_nms
+
+np_ = keras.ops.convert_to_numpy
+
+
+def ref_filter_results(proposals, logits, deltas, height, width, spec):
+    """PostProcessor.forward + filter_results (mlcommons/training 0badcd17, maskrcnn_benchmark/modeling/roi_heads/
+    box_head/inference.py) for one image, in NumPy."""
+    prob = np.exp(logits - logits.max(-1, keepdims=True))
+    prob /= prob.sum(-1, keepdims=True)
+    k = logits.shape[-1]
+    boxes = anchor_lib.decode(deltas, np.repeat(proposals[:, None], k, 1), anchor_lib.BOX_CODER_WEIGHTS)
+    boxes[..., 0::2] = np.clip(boxes[..., 0::2], 0, width - 1)
+    boxes[..., 1::2] = np.clip(boxes[..., 1::2], 0, height - 1)
+    out = []
+    for j in range(1, k):
+        inds = np.flatnonzero(prob[:, j] > spec.score_threshold)
+        order = inds[np.argsort(-prob[inds, j], kind="stable")]
+        keep = np_nms(boxes[order, j], spec.detection_nms)
+        out += [(prob[i, j], j, tuple(boxes[i, j])) for i in order[keep]]
+    out.sort(key=lambda t: -t[0])
+    return out[:spec.detections_per_image]
+
+
+def test_detections_match_the_reference_post_processing():
+    rng = np.random.default_rng(5)
+    spec = maskrcnn.Spec(num_classes=4, detections_per_image=12)
+    n = 30
+    xy = rng.uniform(0, 80, (1, n, 2))
+    proposals = np.concatenate([xy, xy + rng.uniform(5, 40, (1, n, 2))], -1).astype(np.float32)
+    logits = rng.normal(0, 2, (1, n, 4)).astype(np.float32)
+    deltas = rng.normal(0, 0.5, (1, n, 4, 4)).astype(np.float32)
+    sizes = np.array([[100, 110]], np.int32)
+    boxes, scores, labels, valid = (np_(t) for t in maskrcnn.detections(
+        proposals, np.ones((1, n), bool), logits, deltas, sizes, spec))
+    want = ref_filter_results(proposals[0].astype(np.float64), logits[0].astype(np.float64),
+                              deltas[0].astype(np.float64), 100, 110, spec)
+    assert valid[0].sum() == len(want) == 12
+    np.testing.assert_allclose(scores[0], [w[0] for w in want], rtol=1e-5)
+    np.testing.assert_array_equal(labels[0], [w[1] for w in want])
+    np.testing.assert_allclose(boxes[0], [w[2] for w in want], rtol=1e-4, atol=1e-3)
+
+
+def test_paste_mask_against_pycocotools_rle():
+    # torch's bilinear, align_corners=False: [0, 1] -> 4 columns is [0, 0.25, 0.75, 1]
+    np.testing.assert_allclose(coco._resize_bilinear(np.array([[0.0, 1.0]]), 1, 4), [[0, 0.25, 0.75, 1]])
+    # A full 28x28 mask on box (10, 20, 37, 47): the box scaled by 30/28 about its centre (23.5, 33.5) is
+    # (9.04, 19.04, 37.96, 47.96), truncated to (9, 19, 37, 47): 29 pixels a side. The padded 30-pixel mask resized
+    # to 29 samples at (i + 0.5) x 30/29 - 0.5: i = 0 reads 0.02 of the first real pixel and i = 28 0.47 of the last,
+    # both below 0.5, so pixels 1..27 of the box are set: x 10..36, y 20..46.
+    pasted = coco.paste_mask(np.ones((28, 28), np.float32), (10, 20, 37, 47), 60, 70)
+    rle = coco.encode_mask(pasted)
+    assert isinstance(rle["counts"], str) and rle["size"] == [60, 70]
+    decoded = mask_util.decode({"size": rle["size"], "counts": rle["counts"].encode()})
+    np.testing.assert_array_equal(decoded, pasted)
+    ys, xs = np.nonzero(pasted)
+    assert (xs.min(), xs.max(), ys.min(), ys.max()) == (10, 36, 20, 46)
+    assert float(mask_util.area(rle)) == 27 * 27 == pasted.sum()
+    # A box crossing the image border is cut to the image (its scaled box (-10.96, -5.96, 17.96, 22.96) truncates
+    # toward zero to (-10, -5, 17, 22): the mask ends before column 17 and row 22).
+    border = coco.paste_mask(np.ones((28, 28), np.float32), (-10, -5, 17, 22), 30, 30)
+    assert border[:17, :17].all() and not border[:, 17:].any() and not border[22:].any()
+    # A half mask keeps its half.
+    half = np.zeros((28, 28), np.float32)
+    half[:, :14] = 1
+    pasted = coco.paste_mask(half, (0, 0, 55, 55), 56, 56)
+    # (the box scales to (-1.96, .., 56.96): the outermost pasted rows and columns are the zero padding)
+    assert pasted[1:55, 1:27].all() and not pasted[:, 29:].any() and not pasted[0].any()
+
+
+def _annotations(tmp_path):
+    cats = [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
+    images = [{"id": 7, "height": 50, "width": 60}, {"id": 9, "height": 40, "width": 40}]
+    anns = [
+        {"id": 1, "image_id": 7, "category_id": 1, "iscrowd": 0, "bbox": [5, 5, 20, 30],
+         "segmentation": [[5, 5, 25, 5, 25, 35, 5, 35]], "area": 600},
+        {"id": 2, "image_id": 7, "category_id": 3, "iscrowd": 0, "bbox": [30, 10, 25, 25],
+         "segmentation": [[30, 10, 55, 10, 42, 35]], "area": 312.5},
+        {"id": 3, "image_id": 9, "category_id": 3, "iscrowd": 0, "bbox": [2, 2, 30, 30],
+         "segmentation": [[2, 2, 32, 2, 32, 32, 2, 32]], "area": 900},
+    ]
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return str(path), anns, images
+
+
+@pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])
+def test_ground_truth_scores_box_and_mask_ap_1(tmp_path, backend):
+    if backend == "faster_coco_eval" and coco.coco_backend("auto") != "faster_coco_eval":
+        pytest.skip("faster-coco-eval is not installed")
+    path, anns, images = _annotations(tmp_path)
+    size = {im["id"]: (im["height"], im["width"]) for im in images}
+    rows, rles = [], []
+    for a in anns:
+        h, w = size[a["image_id"]]
+        mask = mask_util.decode(mask_util.merge(mask_util.frPyObjects(a["segmentation"], h, w)))
+        rows.append([a["image_id"], *a["bbox"], 0.9, a["category_id"]])
+        rles.append(coco.encode_mask(mask))
+    result = coco.evaluate_instances(path, np.array(rows), rles, backend=backend)
+    assert result["bbox"][0] == pytest.approx(1.0) and result["segm"][0] == pytest.approx(1.0)
+    # a wrong mask lowers segm only
+    rles[0] = coco.encode_mask(np.zeros((50, 60), np.uint8))
+    worse = coco.evaluate_instances(path, np.array(rows), rles, backend=backend)
+    assert worse["bbox"][0] == pytest.approx(1.0) and worse["segm"][0] < 0.9
