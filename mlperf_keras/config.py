@@ -14,7 +14,7 @@ RULESETS = ("0.5", "0.6", "0.7")
 PRECISIONS = ("fp32", "fp16", "bf16")
 MODEL_NAMES = ("resnet", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 
-# MLPerf quality targets per ruleset (MLPERF.md section 1). BLEU is kept as a score out of 100 here; the MLLOG value
+# MLPerf quality targets per ruleset (the training rules of each round, mlcommons/training_policies). BLEU is kept as a score out of 100 here; the MLLOG value
 # becomes a fraction from v0.7 on (see log_accuracy_value).
 QUALITY_TARGETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
     "resnet": {"0.5": 0.749, "0.6": 0.759, "0.7": 0.759},

@@ -1,4 +1,4 @@
-"""The one training loop for all six workloads (DESIGN.md seam 2).
+"""The one training loop for all six workloads.
 
 Timing and MLLOG events, epochs, evaluation at the ruleset's cadence over the whole eval set, stop at the target,
 throughput and progress lines. A workload supplies model, data, loss and evaluator (workloads/base.py); it never
