@@ -78,7 +78,7 @@ class ResNet50(Workload):
     dataset_name = "imagenet-2012"
     prepare_command = "python -m data_prep.imagenet --raw_dir=RAW --output_dir=DATA"
     throughput_unit = "images"
-    train_flops_per_sample = 24.5e9  # 224x224 ResNet-50 v1.5 training (estimate: 3x the forward pass of 4.1 G multiply-adds)
+    train_flops_per_sample = 24.5e9  # training at 224x224 (estimate: 3x a forward pass of 4.1 G multiply-adds)
     default_max_epochs = 90
 
     def default_epochs(self, hparams):
