@@ -221,6 +221,15 @@ class SyntheticTextBatches:
             yield to_model_inputs(self._side(rng, size, low, high), self._side(rng, size, max(0, low - 4), high))
 
 
+def epoch_steps(plan: BucketPlan, manifest: dict | None, num_workers: int, train_pairs: int, max_length: int) -> int:
+    """Steps per epoch, the same on every worker: the most batches any worker's shards give. The others end their
+    epoch with empty batches (TrainPipeline; they add nothing to the loss), so every pair is trained on once per
+    epoch however the shards divide. Without a manifest (synthetic data): a WMT-like length mix of train_pairs."""
+    if manifest is None:
+        return plan.steps(synthetic_length_histogram(train_pairs // num_workers, max_length))
+    return max(plan.steps(worker_length_histogram(manifest, r, num_workers)) for r in range(num_workers))
+
+
 def padding_fraction(batches) -> tuple[float, int]:
     """(padded positions / allocated positions, real tokens) measured over (x, y) batches (source + target)."""
     real = allocated = 0

@@ -184,15 +184,8 @@ class GNMT(Workload):
         return int(np.count_nonzero(np.asarray(x["source"])) + np.count_nonzero(np.asarray(y)))
 
     def steps_per_epoch(self, config, manifest):
-        plan = self.bucket_plan(config)
-        if manifest is None:
-            histogram = text.synthetic_length_histogram(config.hparams["train_pairs"] // config.num_workers,
-                                                        config.hparams["max_length"])
-            return plan.steps(histogram)
-        # The most batches any worker's shards give: the others end their epoch with empty batches (inputs/text.py;
-        # they add nothing to the loss), so every pair is trained on once per epoch however the shards divide.
-        return max(plan.steps(text.worker_length_histogram(manifest, r, config.num_workers))
-                   for r in range(config.num_workers))
+        return text.epoch_steps(self.bucket_plan(config), manifest, config.num_workers,
+                                config.hparams["train_pairs"], config.hparams["max_length"])
 
     def train_data(self, config, dist, manifest):
         plan = self.bucket_plan(config)

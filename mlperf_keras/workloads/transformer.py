@@ -262,15 +262,8 @@ class Transformer(Workload):
         return int(np.count_nonzero(np.asarray(batch[1])))
 
     def steps_per_epoch(self, config, manifest):
-        plan = self.bucket_plan(config)
-        if manifest is None:
-            histogram = text.synthetic_length_histogram(config.hparams["train_pairs"] // config.num_workers,
-                                                        config.hparams["max_length"])
-            return plan.steps(histogram)
-        # The most batches any worker's shards give: the others end their epoch with empty batches (inputs/text.py),
-        # so every pair is trained on once per epoch whether or not the shards divide evenly.
-        return max(plan.steps(text.worker_length_histogram(manifest, r, config.num_workers))
-                   for r in range(config.num_workers))
+        return text.epoch_steps(self.bucket_plan(config), manifest, config.num_workers,
+                                config.hparams["train_pairs"], config.hparams["max_length"])
 
     def train_data(self, config, dist, manifest):
         plan = self.bucket_plan(config)
