@@ -13,12 +13,14 @@ Decoding keeps a fixed-size key/value cache per layer (no growing shapes, so XLA
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import keras
 from keras import ops
 
 from mlperf_keras.layers.dropout import Dropout
+from mlperf_keras.layers.seeds import derive_seed
 
 NEG_INF = -1e9  # attention logit of masked positions (float32)
 
@@ -87,7 +89,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if d_model % num_heads:
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         self.d_model, self.num_heads, self.depth = d_model, num_heads, d_model // num_heads
-        s = lambda k: None if seed is None else seed + k  # noqa: E731
+        s = functools.partial(derive_seed, seed)
         self.query = _dense(d_model, "query", s(0))
         self.key = _dense(d_model, "key", s(1))
         self.value = _dense(d_model, "value", s(2))
@@ -140,7 +142,7 @@ class FeedForward(keras.layers.Layer):
     def __init__(self, d_model: int, filter_size: int, dropout: float, seed=None, dropout_rng: str = "keras",
                  **kwargs):
         super().__init__(**kwargs)
-        s = lambda k: None if seed is None else seed + k  # noqa: E731
+        s = functools.partial(derive_seed, seed)
         self.filter = _dense(filter_size, "filter", s(0), use_bias=True)
         self.output_dense = _dense(d_model, "output", s(1), use_bias=True)
         self.dropout = Dropout(dropout, seed=s(2), generator=dropout_rng)
@@ -163,7 +165,7 @@ def _norm(name):
 class EncoderLayer(keras.layers.Layer):
     def __init__(self, d_model, num_heads, filter_size, dropout, seed=None, dropout_rng="keras", **kwargs):
         super().__init__(**kwargs)
-        s = lambda k: None if seed is None else seed + 10 * k  # noqa: E731
+        s = functools.partial(derive_seed, seed)
         self.attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(0), dropout_rng=dropout_rng,
                                             name="self_attention")
         self.ffn = FeedForward(d_model, filter_size, dropout, seed=s(1), dropout_rng=dropout_rng, name="ffn")
@@ -185,7 +187,7 @@ class EncoderLayer(keras.layers.Layer):
 class DecoderLayer(keras.layers.Layer):
     def __init__(self, d_model, num_heads, filter_size, dropout, seed=None, dropout_rng="keras", **kwargs):
         super().__init__(**kwargs)
-        s = lambda k: None if seed is None else seed + 10 * k  # noqa: E731
+        s = functools.partial(derive_seed, seed)
         self.self_attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(0), dropout_rng=dropout_rng,
                                                  name="self_attention")
         self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout, seed=s(1), dropout_rng=dropout_rng,

@@ -35,6 +35,7 @@ import keras
 from keras import ops
 
 from mlperf_keras.layers.attention import NormalizedBahdanauAttention
+from mlperf_keras.layers.seeds import derive_seed
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -97,9 +98,9 @@ class GNMT(keras.Model):
         self.classifier = keras.layers.Dense(options.vocab_size, kernel_initializer=init, bias_initializer=init,
                                              name="classifier")
         base = 0 if seed is None else int(seed)
-        self.encoder_dropouts = [keras.layers.Dropout(options.dropout, seed=(base + 101 + i) % 2**31)
+        self.encoder_dropouts = [keras.layers.Dropout(options.dropout, seed=derive_seed(base, 101 + i))
                                  for i in range(options.num_layers)]
-        self.decoder_dropouts = [keras.layers.Dropout(options.dropout, seed=(base + 201 + i) % 2**31)
+        self.decoder_dropouts = [keras.layers.Dropout(options.dropout, seed=derive_seed(base, 201 + i))
                                  for i in range(options.num_layers)]
 
     def build(self, input_shape=None):

@@ -16,6 +16,7 @@ y = targets [B, L]; 0 is padding, 1 is EOS.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -40,6 +41,7 @@ def _model_class():
 
     from mlperf_keras.layers import attention as att
     from mlperf_keras.layers.dropout import Dropout
+    from mlperf_keras.layers.seeds import derive_seed
 
     class TransformerModel(keras.Model):
         def __init__(self, vocab_size, d_model, num_layers, num_heads, filter_size, dropout, seed=None,
@@ -47,7 +49,7 @@ def _model_class():
             super().__init__(**kwargs)
             self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads
             self.depth = d_model // num_heads
-            s = lambda k: None if seed is None else seed + 1000 * k  # noqa: E731
+            s = functools.partial(derive_seed, seed)
             self.embedding = att.SharedEmbedding(vocab_size, d_model, pad_id=PAD_ID, seed=s(0), name="embedding")
             self.encoder_layers = [att.EncoderLayer(d_model, num_heads, filter_size, dropout, seed=s(1 + i),
                                                     dropout_rng=dropout_rng, name=f"encoder_{i}")
