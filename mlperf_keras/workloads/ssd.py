@@ -82,7 +82,7 @@ class SSD(Workload):
     demo_target = 0.2
     demo_hparams = {"width": 8, "batch_size": 16, "eval_epochs": (5, 10, 15, 20, 25, 30, 35, 40),
                     "warmup_epochs": 1.0, "decay_epochs": (30, 36), "decay_iterations": (),
-                    "learning_rate": 5e-2,
+                    "learning_rate": 2e-2,   # see test_ssd overfit: 5e-2 stays near mAP 0 without BN in the extras
                     "shuffle_buffer": 256}
 
     def reference_hparams(self, ruleset: str) -> dict:
