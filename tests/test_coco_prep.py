@@ -206,7 +206,9 @@ def test_manifest_workloads_accept_each_listed_workload(prepared, tmp_path):
     with pytest.raises(DataError, match=r"prepared for --model=ssd or --model=maskrcnn, not --model=resnet"):
         read_manifest(out, "resnet")
     # A manifest without "workloads" is for its one workload, with the message as before.
-    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 1, "workload": "ncf", "files": []}))
+    one_file = [{"name": "a.npy", "bytes": 1, "sha256": "0" * 64}]  # read_manifest checks the structure too
+    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 1, "workload": "ncf", "counts": {},
+                                                        "files": one_file}))
     assert read_manifest(str(tmp_path), "ncf")["workload"] == "ncf"
     with pytest.raises(DataError, match=r"manifest.json: this folder was prepared for --model=ncf, not --model=ssd$"):
         read_manifest(str(tmp_path), "ssd")
