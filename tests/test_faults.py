@@ -361,7 +361,7 @@ def add_then_wait(self, name, *args, **kwargs):  # the first shard is in the sta
     time.sleep(60)
     return entry
 manifest.StagedOutput.add = add_then_wait
-sys.argv = ["movielens", "--raw_dir=%s", "--output_dir=%s", "--allow_subset", "--eval_negatives=20"]
+sys.argv = ["movielens", "--raw_dir=%s", "--output_dir=%s", "--allow_subset"]
 from absl import app
 from data_prep import movielens
 movielens.define_flags()
@@ -412,9 +412,9 @@ def test_overwrite_with_fewer_shards_leaves_no_stale_files(tmp_path):
 
     raw = _tiny_movielens_raw(tmp_path)
     out = tmp_path / "out"
-    movielens.prepare(str(raw), str(out), eval_negatives=20, num_shards=4, log=lambda _: None)
+    movielens.prepare(str(raw), str(out), num_shards=4, log=lambda _: None)
     assert len(glob.glob(str(out / "train-*.npy"))) == 4
-    manifest = movielens.prepare(str(raw), str(out), eval_negatives=20, num_shards=2, overwrite=True,
+    manifest = movielens.prepare(str(raw), str(out), num_shards=2, overwrite=True,
                                  log=lambda _: None)
     assert sorted(os.listdir(out)) == sorted([f["name"] for f in manifest["files"]] + ["manifest.json"])
 
@@ -424,8 +424,7 @@ def test_subset_of_the_official_counts_is_refused_without_allow_subset(tmp_path)
     CSV with whole lines): one line, exit 2, nothing written; --allow_subset accepts it and says so in the manifest."""
     raw = _tiny_movielens_raw(tmp_path)
     out = tmp_path / "out"
-    args = [sys.executable, "-m", "data_prep.movielens", f"--raw_dir={raw}", f"--output_dir={out}",
-            "--eval_negatives=20"]
+    args = [sys.executable, "-m", "data_prep.movielens", f"--raw_dir={raw}", f"--output_dir={out}"]
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert_one_line_error(proc.returncode, proc.stderr, 2, "not the full movielens-20m (ratings:",
                           "the official dataset has 20,000,263", "--allow_subset")
@@ -468,7 +467,7 @@ def test_truncated_or_corrupt_raw_files_fail_with_one_line(tmp_path):
     cut.mkdir(parents=True)
     (cut / "ratings.csv").write_bytes(data[:-3])  # inside the last timestamp: still parses as numbers
     with pytest.raises(DataError, match="does not end with a newline"):
-        movielens.prepare(str(tmp_path / "cut"), str(tmp_path / "o1"), eval_negatives=20, log=lambda _: None)
+        movielens.prepare(str(tmp_path / "cut"), str(tmp_path / "o1"), log=lambda _: None)
     zipped = tmp_path / "zip"
     zipped.mkdir()
     with zipfile.ZipFile(zipped / "ml-20m.zip", "w", zipfile.ZIP_STORED) as archive:
@@ -477,7 +476,7 @@ def test_truncated_or_corrupt_raw_files_fail_with_one_line(tmp_path):
     blob[len(blob) // 2] ^= 0x01  # inside the stored member: its CRC no longer matches
     (zipped / "ml-20m.zip").write_bytes(bytes(blob))
     with pytest.raises(DataError, match="unreadable .*CRC"):
-        movielens.prepare(str(zipped), str(tmp_path / "o2"), eval_negatives=20, log=lambda _: None)
+        movielens.prepare(str(zipped), str(tmp_path / "o2"), log=lambda _: None)
     (tmp_path / "c.en").write_bytes(b"")
     (tmp_path / "c.de").write_bytes(b"")
     with pytest.raises(DataError, match="c.en: empty corpus"):
@@ -493,7 +492,7 @@ def test_data_prep_output_dir_a_file_is_one_line(tmp_path):
     raw = _tiny_movielens_raw(tmp_path)
     (tmp_path / "file").write_text("x")
     with pytest.raises(DataError, match="is a file, not a folder"):
-        movielens.prepare(str(raw), str(tmp_path / "file"), eval_negatives=20, log=lambda _: None)
+        movielens.prepare(str(raw), str(tmp_path / "file"), log=lambda _: None)
 
 
 @pytest.mark.parametrize("content, message", [
