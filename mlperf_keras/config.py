@@ -78,11 +78,14 @@ def check_run_flags(seed, max_epochs) -> None:
         raise ConfigError(f"--max_epochs={max_epochs}: at least 1 (leave it out for the workload's default)")
 
 
-def check_hparams(hparams: Mapping[str, Any], from_data: Mapping[str, Any], own_checks=()) -> None:
+def check_hparams(hparams: Mapping[str, Any], from_data: Mapping[str, Any], own_checks=(),
+                  defaults: Mapping[str, Any] | None = None) -> None:
     """Counts that come from the prepared data (users, items, classes, vocabulary...) cannot be overridden to other
     values (a smaller table trains on clamped lookups, a larger one samples ids that do not exist); learning rates
     are positive finite numbers; batch sizes are not negative. `own_checks`: counts the workload's check() compares
-    itself because it allows more than one value (ResNet's num_classes: the classes, or one more for background)."""
+    itself because it allows more than one value (ResNet's num_classes: the classes, or one more for background).
+    A learning rate of 0 passes where its default is 0: that workload reads 0 as "the reference's value for this
+    batch" (ResNet's LARS table)."""
     for key, value in from_data.items():
         if key not in own_checks and hparams.get(key) != value:
             raise ConfigError(f"hyperparameter {key}={hparams.get(key)!r}: the prepared data has {key}={value!r}, "
@@ -90,7 +93,8 @@ def check_hparams(hparams: Mapping[str, Any], from_data: Mapping[str, Any], own_
     for key, value in hparams.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        if "learning_rate" in key and not (math.isfinite(value) and value > 0):
+        zero_means_reference = value == 0 and defaults is not None and defaults.get(key) == 0
+        if "learning_rate" in key and not (math.isfinite(value) and value > 0) and not zero_means_reference:
             raise ConfigError(f"hyperparameter {key}={value!r}: a learning rate is a positive finite number")
         if key.endswith(("batch_size", "batch_tokens")) and value < 0:
             raise ConfigError(f"hyperparameter {key}={value!r}: cannot be negative")

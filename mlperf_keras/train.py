@@ -88,7 +88,8 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
     if demo:
         defaults.update(workload.demo_hparams)
     hparams = parse_hparams(values.hparams, defaults)
-    check_hparams(hparams, workload.dataset_hparams(manifest), getattr(workload, "counts_checked_by_workload", ()))
+    check_hparams(hparams, workload.dataset_hparams(manifest), getattr(workload, "counts_checked_by_workload", ()),
+                  defaults)
     if values.batch_size is not None:
         global_batch = values.batch_size
     else:

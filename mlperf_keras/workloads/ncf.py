@@ -65,19 +65,17 @@ class NCF(Workload):
         return {"num_users": counts["num_users"], "num_items": counts["num_items"],
                 "train_positives": counts["train_positives"]}
 
-    def check(self, config, manifest):
-        if manifest is not None and "eval_negatives" in manifest["counts"]:
-            raise ConfigError(f"{config.data_dir} was prepared by an older data_prep.movielens that drew the eval "
-                              f"negatives in advance; they are now drawn at run start: prepare it again")
-        if config.hparams["eval_negatives"] < 1:
-            raise ConfigError(f"eval_negatives={config.hparams['eval_negatives']}: must be at least 1")
-
     def default_global_batch(self, hparams, num_workers, per_worker_preset):
         return hparams["batch_size"]  # NVIDIA kept the global batch fixed for every GPU count
 
     def check(self, config, manifest):
         """Ranges that would otherwise fail (or hang in the negative sampler) after the MLPerf log opened."""
         hp = config.hparams
+        if manifest is not None and "eval_negatives" in manifest["counts"]:
+            raise ConfigError(f"{config.data_dir} was prepared by an older data_prep.movielens that drew the eval "
+                              f"negatives in advance; they are now drawn at run start: prepare it again")
+        if hp["eval_negatives"] < 1:
+            raise ConfigError(f"eval_negatives={hp['eval_negatives']}: must be at least 1")
         if hp["epoch_build"] not in ("auto", "device", "host"):
             raise ConfigError(f"epoch_build={hp['epoch_build']!r}: choose auto, device or host")
         if not hp["mlp_layers"] or hp["mlp_layers"][0] % 2 or min(hp["mlp_layers"]) < 1:

@@ -147,6 +147,8 @@ class ResNet50(Workload):
 
     def check(self, config, manifest):
         self._check(config)
+        if manifest is not None:
+            self._label_offset(config, manifest)
         hp = config.hparams
         if hp["lr_schedule"] == "poly" and config.max_epochs > hp["train_epochs"]:
             raise ConfigError(f"--max_epochs={config.max_epochs} runs past the polynomial schedule's "
@@ -244,10 +246,6 @@ class ResNet50(Workload):
         return max(1, math.ceil(images / config.global_batch_size))
 
     counts_checked_by_workload = ("num_classes",)  # check(): the classes, or one more (background class 0)
-
-    def check(self, config, manifest):
-        if manifest is not None:
-            self._label_offset(config, manifest)
 
     def _label_offset(self, config, manifest) -> int:
         classes, head = manifest["counts"]["num_classes"], config.hparams["num_classes"]
