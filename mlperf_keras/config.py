@@ -30,6 +30,15 @@ class ConfigError(ValueError):
     """A user-facing configuration problem; the entry points print it without a traceback."""
 
 
+# python -m mlperf_keras.train's exit statuses (here, not in train.py, so the sweep can read them without defining
+# train's flags): 0 the run reached its quality target (run_stop success); 2 it could not start (flags, hparams,
+# data, output folder); 3 it ran and was aborted because the model diverged (non-finite loss or metric); 4 the MLPerf
+# log could not be written (disk full); 5 it ran to --max_epochs without reaching the target (run_stop aborted: a
+# complete log of a run that did not converge, which MLPerf counts as such; the chief's status, the other workers
+# exit 0, so a launcher such as horovodrun reports its own non-zero status).
+EXIT_BAD_START, EXIT_DIVERGED, EXIT_LOG_FAILED, EXIT_NOT_CONVERGED = 2, 3, 4, 5
+
+
 def first_epoch_number(ruleset: str) -> int:
     """MLLOG epoch numbering: from 0 in v0.5/v0.6, from 1 from v0.7 on."""
     return 0 if ruleset in ("0.5", "0.6") else 1

@@ -4,7 +4,9 @@
 Runs N seeded runs of one workload into one results folder, one after another, each as
 `[launcher] python -m mlperf_keras.train --model=X --seed=S --output_dir=D <extra flags>`. Output is
 streamed as it comes. A failed run does not stop the sweep; at the end every seed's outcome is
-listed, and the exit status is non-zero if any run failed. SIGTERM or SIGINT (Ctrl-C) to the sweep is passed on to
+listed, and the exit status is 1 if any run failed. A run that ended at --max_epochs without reaching the target
+(train's exit status 5, or a launcher's non-zero status with a log whose run_stop is aborted without a reason) is
+listed as "not converged", not as failed: its log is complete and the reporter counts it as a non-converged run. SIGTERM or SIGINT (Ctrl-C) to the sweep is passed on to
 the running training (which then logs run_stop aborted), the sweep waits for it, names the interrupted seed and
 exits 128 + the signal's number. Then:
 `python -m mlperf_keras.report --logs D --out REPORT`.
@@ -24,6 +26,8 @@ import time
 
 from absl import app, flags
 
+from mlperf_keras.config import EXIT_NOT_CONVERGED
+from mlperf_keras.reporting.logfiles import read_events
 from mlperf_keras.reporting.parse import parse_log
 
 FLAGS = flags.FLAGS
@@ -99,8 +103,31 @@ class RunOutcome:
     summary: str          # what its log says (status, time to train), or why there is none
 
     @property
+    def not_converged(self):
+        """Ended at --max_epochs without the target: train's own status, or under a launcher (which reports its
+        own non-zero status) a log that ends with run_stop aborted and no reason (a diverged or killed run has one)."""
+        if self.returncode == EXIT_NOT_CONVERGED:
+            return True
+        return self.returncode != 0 and bool(self.logs) and all(_stopped_at_max_epochs(p) for p in self.logs)
+
+    @property
     def failed(self):
-        return self.returncode != 0
+        return self.returncode != 0 and not self.not_converged
+
+    @property
+    def state(self):
+        if self.not_converged:
+            return f"not converged (exit {self.returncode})"
+        return f"FAILED (exit {self.returncode})" if self.failed else "ok"
+
+
+def _stopped_at_max_epochs(path) -> bool:
+    try:
+        events = read_events(path)[0]
+    except OSError:
+        return False
+    stops = [e for e in events if e.key == "run_stop"]
+    return len(stops) == 1 and stops[0].metadata.get("status") == "aborted" and "reason" not in stops[0].metadata
 
 
 def seed_list(seeds=None, num_runs=None, first_seed=1):
@@ -167,7 +194,7 @@ def run_sweep(model, seeds, output_dir, extra_flags=(), launcher="", train_modul
         logs = sorted(set(glob.glob(os.path.join(output_dir, "**", "*.log"), recursive=True)) - before)
         outcome = RunOutcome(seed, returncode, seconds, logs, _log_summary(logs))
         outcomes.append(outcome)
-        verdict = "FAILED (exit %d)" % returncode if outcome.failed else "done"
+        verdict = "done" if outcome.state == "ok" else outcome.state
         print(f"=== sweep: seed {seed} {verdict} in {seconds:.0f} s; {outcome.summary}", file=out, flush=True)
         if signum is not None:
             raise SweepInterrupted(seed, signum)
@@ -190,11 +217,13 @@ def _log_summary(logs):
 
 def print_summary(model, outcomes, output_dir, out=sys.stdout):
     failed = [o for o in outcomes if o.failed]
-    print(f"\n=== sweep {model} summary: {len(outcomes) - len(failed)} of {len(outcomes)} runs completed",
-          file=out)
+    not_converged = [o for o in outcomes if o.not_converged]
+    print(f"\n=== sweep {model} summary: {len(outcomes) - len(failed)} of {len(outcomes)} runs completed"
+          + (f" ({len(not_converged)} did not reach the target by --max_epochs)" if not_converged else ""), file=out)
     for outcome in outcomes:
-        state = f"FAILED (exit {outcome.returncode})" if outcome.failed else "ok"
-        print(f"  seed {outcome.seed:>6}: {state:18s} {outcome.seconds:7.0f} s  {outcome.summary}", file=out)
+        print(f"  seed {outcome.seed:>6}: {outcome.state:26s} {outcome.seconds:7.0f} s  {outcome.summary}", file=out)
+    if not_converged:
+        print(f"=== not converged seeds: {','.join(str(o.seed) for o in not_converged)}", file=out)
     if failed:
         print(f"=== failed seeds: {','.join(str(o.seed) for o in failed)}", file=out)
     print(f"=== report: python -m mlperf_keras.report --logs {output_dir} --out <report folder>", file=out, flush=True)

@@ -14,8 +14,10 @@ import sys
 
 from absl import app, flags
 
-
-from mlperf_keras.config import MODEL_NAMES, PRECISIONS, RULESETS, SEED_LIMIT, ConfigError
+# Exit statuses (config.py says what each means): 0 target reached, 2 bad start, 3 diverged, 4 log not written,
+# 5 stopped at --max_epochs without the target.
+from mlperf_keras.config import (EXIT_BAD_START, EXIT_DIVERGED, EXIT_LOG_FAILED, EXIT_NOT_CONVERGED, MODEL_NAMES,
+                                 PRECISIONS, RULESETS, SEED_LIMIT, ConfigError)
 
 flags.DEFINE_enum("model", "ncf", list(MODEL_NAMES), "The MLPerf workload to train.")
 flags.DEFINE_string("data_dir", None, "A dataset prepared by python -m data_prep.<dataset>. Without it: the "
@@ -31,7 +33,7 @@ flags.DEFINE_integer("batch_size", None, "Global batch size (all workers). Defau
 flags.DEFINE_list("batch_per_accelerator", [], "Per-worker batch by model that fits one accelerator, as "
                   "model=N pairs (hardware presets set this), e.g. resnet=256,ssd=32.")
 flags.DEFINE_integer("max_epochs", None, "Stop after this many epochs (at least 1) if the target is not reached "
-                     "(run_stop status aborted). Default: per workload.")
+                     "(run_stop status aborted, exit status 5). Default: per workload.")
 flags.DEFINE_string("hparams", "", "Override workload hyperparameters: key=value,key=value. An unknown key "
                     "lists the valid ones; --dry_run shows them all.")
 flags.DEFINE_bool("synthetic", False, "Random data of the real shapes: measures model and loop, not quality.")
@@ -63,10 +65,6 @@ flags.DEFINE_integer("keep_checkpoints", 2, "Epoch checkpoints kept in --checkpo
 flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in --checkpoint_dir (same model, seed, "
                   "batch and hparams). A resumed run is logged as such and is NOT a valid MLPerf result.")
 FLAGS = flags.FLAGS
-
-# Exit statuses: 2 the run could not start (flags, hparams, data, output folder); 3 it ran and was aborted because
-# the model diverged (non-finite loss or metric); 4 the MLPerf log could not be written (disk full).
-EXIT_BAD_START, EXIT_DIVERGED, EXIT_LOG_FAILED = 2, 3, 4
 
 
 def _preset_batch(model: str, pairs: list[str]) -> int | None:
@@ -312,6 +310,12 @@ def main(argv):
     if result.reason:
         print(f"error: run aborted: {result.reason}", file=sys.stderr)
         return EXIT_DIVERGED
+    if result.status != "success" and dist.is_chief:
+        # The chief only: it exits after the log is closed, whereas a launcher that sees another worker exit
+        # non-zero first may end the chief while it still writes run_stop.
+        print(f"not converged: the target was not reached in --max_epochs={config.max_epochs} epochs "
+              f"(exit status {EXIT_NOT_CONVERGED})", file=sys.stderr)
+        return EXIT_NOT_CONVERGED
     return 0
 
 

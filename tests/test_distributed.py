@@ -60,8 +60,11 @@ def test_horovodrun_training_writes_one_log_with_global_values(prepared_ncf, tmp
     args = ["-m", "mlperf_keras.train", f"--data_dir={prepared_ncf}", f"--output_dir={out}", "--seed=4",
             "--max_epochs=8", f"--hparams={SMALL}"]
     proc = horovodrun(*args)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # 8 epochs do not reach HR@10 0.635: rank 0 exits 5 (not converged), so horovodrun's own status is non-zero.
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
     (log,) = glob.glob(str(out / "*.log"))
+    (stop,) = [e for e in read_events(log) if e["key"] == "run_stop"]
+    assert stop["metadata"]["status"] == "aborted" and "reason" not in stop["metadata"], stop
     values = {e["key"]: e["value"] for e in read_events(log)}
     assert values["num_workers"] == 2 and values["global_batch_size"] == 4096
     assert values["distribution"] == "horovod, 2 workers"
@@ -142,7 +145,7 @@ def test_jax_training_cli_uses_both_devices(prepared_ncf, tmp_path, epoch_build)
                            f"--output_dir={tmp_path}", "--seed=1", "--max_epochs=4",
                            f"--hparams={SMALL},epoch_build={epoch_build}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 5, proc.stderr[-3000:]    # 4 epochs: not converged (config.EXIT_NOT_CONVERGED)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     values = {e["key"]: e["value"] for e in read_events(summary["log"])}
     assert values["distribution"] == "jax DataParallel over 2 devices" and summary["quality"] > 0.1

@@ -59,3 +59,23 @@ def test_dry_run_prints_commands_with_launcher(tmp_path):
 
 def test_bad_arguments_exit_2(tmp_path):
     assert sweep("--model=ncf", "--seeds=1,1", f"--output_dir={tmp_path}").returncode == 2
+
+
+def test_a_run_stopped_at_max_epochs_is_not_converged_not_failed(tmp_path):
+    """Exit status 5 (train's EXIT_NOT_CONVERGED): listed as not converged, its log kept, the sweep exits 0."""
+    out = tmp_path / "runs"
+    done = sweep("--model=ncf", "--seeds=1,2,3", f"--output_dir={out}", "--", "--not_converged_seeds=2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 of 3 runs completed (1 did not reach the target by --max_epochs)" in done.stdout
+    assert "not converged seeds: 2" in done.stdout and "failed seeds" not in done.stdout
+    assert "seed 2 not converged (exit 5)" in done.stdout and "aborted" in done.stdout
+
+
+def test_a_launcher_status_with_a_max_epochs_log_is_not_converged(tmp_path):
+    """horovodrun reports its own non-zero status; the log (run_stop aborted, no reason) says what happened."""
+    out = tmp_path / "runs"
+    done = sweep("--model=ncf", "--seeds=1,2", f"--output_dir={out}", "--", "--not_converged_seeds=1",
+                 "--exit_status=1", "--fail_seeds=2")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "not converged seeds: 1" in done.stdout and "failed seeds: 2" in done.stdout
+

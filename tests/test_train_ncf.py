@@ -100,6 +100,22 @@ def test_stops_at_target_with_success(prepared_ncf, tmp_path):
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
 
 
+def test_max_epochs_without_the_target_exits_5_not_0(prepared_ncf, tmp_path, capsys):
+    """A run stopped by --max_epochs is not a success: exit status 5 (config.EXIT_NOT_CONVERGED), run_stop aborted
+    without a reason (the sweep reads that as "not converged"), a one-line note on stderr."""
+    from mlperf_keras.config import EXIT_NOT_CONVERGED
+    from tests.test_faults import main_in_process
+
+    status, out, err = main_in_process([f"--data_dir={prepared_ncf}", f"--output_dir={tmp_path}", "--seed=1",
+                                        "--max_epochs=1", f"--hparams={SMALL}", "--nojit_compile"], capsys)
+    assert status == EXIT_NOT_CONVERGED == 5, err[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "aborted" and summary["epochs"] == 1 and "reason" not in summary
+    assert "not converged: the target was not reached in --max_epochs=1 epochs (exit status 5)" in err
+    stop = read_events(summary["log"])[-1]
+    assert stop["key"] == "run_stop" and stop["metadata"]["status"] == "aborted" and "reason" not in stop["metadata"]
+
+
 def test_runs_never_overwrite_each_other(prepared_ncf, tmp_path):
     first = train(prepared_ncf, tmp_path, max_epochs=1)[1].log_path
     second = train(prepared_ncf, tmp_path, max_epochs=1)[1].log_path
