@@ -218,6 +218,15 @@ def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds
     return float(loss) if loss is not None else float("nan")
 
 
+def eta_seconds(epoch_ends: list, epochs_left: int) -> float | None:
+    """Seconds for epochs_left more epochs at the mean pace of this run's epochs after its first (epoch_ends: the
+    time at the end of each). The first epoch also compiles the steps (the NCF demo's first ETA said 1:08:28 for a
+    1-minute run), so after one epoch there is no estimate: None."""
+    if len(epoch_ends) < 2:
+        return None
+    return epochs_left * (epoch_ends[-1] - epoch_ends[0]) / (len(epoch_ends) - 1)
+
+
 def _batch_norm_statistics(model) -> list:
     """The moving means and variances of every batch-norm layer (Keras names them so)."""
     return [v for v in model.non_trainable_variables if v.path.endswith(("/moving_mean", "/moving_variance"))]
@@ -247,6 +256,7 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
                  f"{workload.metric_name} {config.quality_target}; evaluating after epochs "
                  f"{[e + base for e in eval_epochs][:8]}{'...' if len(eval_epochs) > 8 else ''}")
     epoch, block_first = start_epoch - 1, start_epoch
+    epoch_ends = []   # time.time() at the end of each epoch of this run (with its evaluation)
     for epoch in range(start_epoch, config.max_epochs):
         if epoch == block_first:
             block_end = next(e for e in eval_epochs if e >= epoch)
@@ -289,10 +299,11 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
                      f"  eval {time.time() - eval_start:.1f} s")
             if workload.target_reached(quality, config):
                 status = "success"
-        elapsed = time.time() - clock_start
-        remaining = (config.max_epochs - epoch - 1) * elapsed / (epoch + 1)
+        epoch_ends.append(time.time())
+        elapsed = epoch_ends[-1] - clock_start
         line += f"  elapsed {_hms(elapsed)}"
-        if status != "success" and epoch + 1 < config.max_epochs:
+        remaining = eta_seconds(epoch_ends, config.max_epochs - epoch - 1)
+        if status != "success" and remaining is not None and epoch + 1 < config.max_epochs:
             line += f"  ETA <= {_hms(remaining)} (max_epochs)"
         progress.say(line)
         if config.checkpoint_dir:

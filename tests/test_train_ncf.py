@@ -116,6 +116,20 @@ def test_max_epochs_without_the_target_exits_5_not_0(prepared_ncf, tmp_path, cap
     assert stop["key"] == "run_stop" and stop["metadata"]["status"] == "aborted" and "reason" not in stop["metadata"]
 
 
+def test_eta_leaves_out_the_first_epoch_which_compiles():
+    """The ETA is the pace of the epochs after the first: a first epoch of 60 s (compiling) and then 2 s epochs
+    give 2 s per epoch left, not (60 + 2 + 2) / 3; after the first epoch alone there is no estimate."""
+    assert loop.eta_seconds([100.0], 19) is None
+    assert loop.eta_seconds([160.0, 162.0, 164.0], 17) == 34.0
+
+
+def test_progress_lines_give_an_eta_from_the_second_epoch(prepared_ncf, tmp_path, capsys):
+    train(prepared_ncf, tmp_path, max_epochs=3, jit_compile=False)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "] epoch " in line and "elapsed" in line]
+    assert len(lines) == 3, lines
+    assert "ETA" not in lines[0] and "ETA <= " in lines[1] and "ETA" not in lines[2], lines  # none after the last
+
+
 def test_runs_never_overwrite_each_other(prepared_ncf, tmp_path):
     first = train(prepared_ncf, tmp_path, max_epochs=1)[1].log_path
     second = train(prepared_ncf, tmp_path, max_epochs=1)[1].log_path
