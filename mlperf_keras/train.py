@@ -249,8 +249,8 @@ def dry_run(config, workload, manifest) -> None:
     params = sum(int(w.numpy().size) if hasattr(w, "numpy") else int(w.size) for w in model.trainable_weights)
     print(config.to_json())
     print(f"parameters: {params}")
-    print(f"global batch: {config.global_batch_size} ({config.per_worker_batch_size} per worker x "
-          f"{config.num_workers} workers)")
+    print(f"global batch: {config.global_batch_size} {workload.batch_unit} ({config.per_worker_batch_size} per "
+          f"worker x {config.num_workers} workers)")
     print(f"steps per epoch: {workload.steps_per_epoch(config, manifest)}")
     for line in workload.describe(config):
         print(line)

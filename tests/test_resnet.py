@@ -68,7 +68,13 @@ def test_dry_run_prints_the_reference_parameter_count():
     proc = run_cli("mlperf_keras.train", "--model=resnet", "--dry_run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "parameters: 25557032" in proc.stdout
-    assert "global batch: 256" in proc.stdout and "steps per epoch: 5005" in proc.stdout
+    assert "global batch: 256 images" in proc.stdout and "steps per epoch: 5005" in proc.stdout
+    # The hparams' learning_rate 0 / warmup_epochs null mean "the reference's": --dry_run says which values those are.
+    assert ("learning rate: sgd base 0.128 (0.128 per 256 images x 256 / 256), warmup 5 epochs (the reference's), "
+            "step schedule to 1.28e-05") in proc.stdout, proc.stdout[-1500:]
+    proc = run_cli("mlperf_keras.train", "--model=resnet", "--dry_run", "--ruleset=0.7", "--batch_size=16384")
+    assert ("learning rate: lars base 25 (the LARS reference's table at global batch 16384), warmup 5 epochs "
+            "(the reference's), poly schedule to 0.0001") in proc.stdout, proc.stdout[-1500:]
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ class Workload(abc.ABC):
     dataset_name: str         # what data_prep writes into the manifest's "dataset"
     prepare_command: str      # how a user prepares its data
     throughput_unit: str = "samples"      # what one "sample" of samples/s is (images, target tokens...)
+    batch_unit: str = "samples"           # what --batch_size counts (--dry_run names it: images, tokens, ...)
     train_flops_per_sample: float = 0.0   # training FLOPs per sample at reference size (benchmark: fraction of peak)
 
     def samples_in_batch(self, batch, config: RunConfig) -> int:

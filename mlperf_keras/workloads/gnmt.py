@@ -65,6 +65,7 @@ class GNMT(Workload):
     name = "gnmt"
     metric_name = "BLEU"
     throughput_unit = "tokens"          # source + target tokens, the reference's and NVIDIA's Tok/s
+    batch_unit = "sentences"
     train_flops_per_sample = 765e6 / 2  # ~765 MFLOP per target token (estimate, 3x the forward pass); about half per counted token
     dataset_name = "wmt16-en-de"
     prepare_command = "python -m data_prep.wmt --workload=gnmt --raw_dir=RAW --output_dir=DATA"

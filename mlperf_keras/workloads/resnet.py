@@ -78,6 +78,7 @@ class ResNet50(Workload):
     dataset_name = "imagenet-2012"
     prepare_command = "python -m data_prep.imagenet --raw_dir=RAW --output_dir=DATA"
     throughput_unit = "images"
+    batch_unit = "images"
     train_flops_per_sample = 24.5e9  # training at 224x224 (estimate: 3x a forward pass of 4.1 G multiply-adds)
     default_max_epochs = 90
 
@@ -208,6 +209,22 @@ class ResNet50(Workload):
             out.update(decay_steps=max(1, int(hp["train_epochs"] * steps_per_epoch) - warmup + 1),
                        end=hp["end_learning_rate"], power=hp["poly_power"])
         return out
+
+    def describe(self, config):
+        """The schedule as it will run: learning_rate 0 and warmup_epochs None in the hparams stand for the
+        reference's values, which depend on the optimizer and the global batch."""
+        hp = config.hparams
+        s = self._schedule(config, self.steps_per_epoch(config, None))
+        if hp["optimizer"] == "lars":
+            source = (f"the LARS reference's table at global batch {config.global_batch_size}"
+                      if not hp["learning_rate"] else "--hparams learning_rate")
+        else:
+            per_256 = hp["learning_rate"] or SGD_REFERENCE_LEARNING_RATE
+            source = (f"{per_256:g} per 256 images x {config.global_batch_size} / 256"
+                      + (", the v0.5 reference's" if not hp["learning_rate"] else ""))
+        warmup = "the reference's" if hp["warmup_epochs"] is None else "--hparams warmup_epochs"
+        return [f"learning rate: {hp['optimizer']} base {s['initial']:g} ({source}), warmup {s['warmup_epochs']:g} "
+                f"epochs ({warmup}), {hp['lr_schedule']} schedule to {s['end']:g}"]
 
     def build_optimizer(self, config, steps_per_epoch):
         from mlperf_keras import optimizers

@@ -76,6 +76,7 @@ class SSD(Workload):
     dataset_name = "coco-2017"
     prepare_command = "python -m data_prep.coco --raw_dir=RAW --output_dir=DATA"
     throughput_unit = "images"
+    batch_unit = "images"
     train_flops_per_sample = 95e9   # estimate: 3x the forward pass at 300x300
     default_max_epochs = 80
     uses_backbone_weights = True

@@ -171,6 +171,7 @@ class Transformer(Workload):
     name = "transformer"
     metric_name = "BLEU"
     throughput_unit = "tokens"         # target tokens: real ones in samples_in_batch; the loop's rate uses the budget
+    batch_unit = "tokens"              # a token budget: each length bucket takes budget // its length rows
     train_flops_per_sample = 1.26e9    # per target token, Transformer big (estimate: 3x the forward pass)
     dataset_name = "wmt17-en-de"
     prepare_command = "python -m data_prep.wmt --raw_dir=RAW --output_dir=DATA"
