@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
-from mlperf_keras.reporting.systems import bar_label  # noqa: E402
+from mlperf_keras.reporting.systems import bar_label, device_words, is_cpu_family  # noqa: E402
 from mlperf_keras.reporting.tables import MLPERF_SCORE  # noqa: E402
 
 
@@ -122,7 +122,8 @@ def time_to_train_chart(ttt, out_dir):
         axis.set_ylim(top=highest * 4)
     else:
         axis.set_ylim(0, highest * 1.2)
-    axis.set_title("Time to train by benchmark, GPU type and GPU count (lower is better)")
+    kind, counted = device_words(data["family"])
+    axis.set_title(f"Time to train by benchmark, {kind} type and {counted} count (lower is better)")
     handles = [Patch(facecolor=colors[s], edgecolor="black", label=bar_label(s[0], None if s[1] == -1 else s[1]))
                for s in series]
     if any_hatched:
@@ -151,11 +152,13 @@ def _panels(count, width_each=4.2, height=3.6):
 
 
 def throughput_chart(throughput, out_dir, name="throughput",
-                     title="Training throughput by GPU count (higher is better; error bars: std over runs)",
+                     title="Training throughput by {counted} count (higher is better; error bars: std over runs)",
                      unit="samples/s"):
+    """title: {counted} becomes "GPU", or "worker" when every run is a CPU run."""
     data = throughput.dropna(subset=["throughput_samples_per_s"])
     if data.empty:
         return []
+    title = title.format(counted=device_words(data["family"])[1])
     data = data.assign(devices_key=data["devices"].map(_series_key))
     benchmarks = sorted(data["benchmark"].unique())
     families = sorted(data["family"].unique())
@@ -192,7 +195,7 @@ def throughput_chart(throughput, out_dir, name="throughput",
         axis.set_xlim(-0.6, len(counts) - 0.4)
         # Headroom above the tallest bar or ideal point for value labels and the legend.
         axis.set_ylim(0, peak * (1.15 + 0.1 * len(present)))
-        is_cpu = [str(f).lower() == "cpu" or str(f).lower().endswith("(cpu)") for f in present]
+        is_cpu = [is_cpu_family(f) for f in present]
         axis.set_xlabel("CPU workers" if all(is_cpu) else "GPUs (CPU runs: workers)" if any(is_cpu) else "GPUs")
         axis.set_ylabel(f"Throughput ({subset['unit'].iloc[0] if 'unit' in subset else unit})")
         axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _short_number(value)))
@@ -218,7 +221,10 @@ def _short_number(value):
 
 
 def epochs_per_seed_chart(per_seed, out_dir):
-    """Each run's epochs-to-converge per system: dots (seed-labelled when few), mean bar, min-max line."""
+    """Each run's epochs-to-converge per system: dots (seed-labelled when few), mean bar, min-max line.
+
+    A run that did not converge has no epochs-to-converge: it is drawn as a hollow red marker in a band above a
+    dashed line whose tick says "n/c", never at an epoch count of the axis."""
     if per_seed.empty:
         return []
     benchmarks = sorted(per_seed["benchmark"].unique())
@@ -230,7 +236,8 @@ def epochs_per_seed_chart(per_seed, out_dir):
         done_all = subset.loc[subset["converged"], "epochs_to_converge"].dropna()
         low = done_all.min() if len(done_all) else 0
         high = done_all.max() if len(done_all) else 1
-        fail_y = high + max(1.0, 0.15 * (high - low))   # where non-converged runs are drawn
+        fail_y = high + max(1.5, 0.2 * (high - low))   # the "n/c" band, above every epoch count
+        any_failed = False
         for index, system in enumerate(systems):
             runs = subset[subset["system"] == system].reset_index(drop=True)
             offsets = np.linspace(-0.25, 0.25, len(runs)) if len(runs) > 1 else [0.0]
@@ -244,24 +251,39 @@ def epochs_per_seed_chart(per_seed, out_dir):
                 seed = "?" if pd.isna(run["seed"]) else str(int(run["seed"]))
                 converged = run["converged"] and not pd.isna(run["epochs_to_converge"])
                 y = run["epochs_to_converge"] if converged else fail_y
-                axis.plot(index + offset, y, "o" if converged else "x", color="tab:blue" if converged else "tab:red",
-                          markersize=5, alpha=0.75, zorder=2)
+                any_failed |= not converged
+                if converged:
+                    axis.plot(index + offset, y, "o", color="tab:blue", markersize=5, alpha=0.75, zorder=2)
+                else:
+                    axis.plot(index + offset, y, "o", markerfacecolor="none", markeredgecolor="tab:red",
+                              markersize=6, zorder=2)
                 if label_seeds or not converged:
                     axis.annotate(seed, (index + offset, y), xytext=(2, 3), textcoords="offset points", fontsize=6,
                                   color="dimgray" if converged else "tab:red")
         axis.set_xticks(range(len(systems)))
         axis.set_xticklabels(systems, rotation=25, ha="right", fontsize=7)
         axis.set_ylabel("Epochs to converge")
-        axis.yaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_title(benchmark)
         axis.set_xlim(-0.6, len(systems) - 0.4)
-        axis.set_ylim(max(0, low - 1.5), fail_y + 1.0)
+        bottom = max(0, low - 1.5)
+        if any_failed:
+            separator = (high + fail_y) / 2
+            axis.axhline(separator, color="tab:red", linestyle="--", linewidth=0.8, zorder=1)
+            ticks = [t for t in MaxNLocator(integer=True).tick_values(bottom, separator) if bottom <= t < separator]
+            axis.set_yticks(ticks + [fail_y])
+            axis.set_yticklabels([f"{t:g}" for t in ticks] + ["n/c"])
+            axis.set_ylim(bottom, fail_y + 0.5 * (fail_y - separator))
+        else:
+            axis.yaxis.set_major_locator(MaxNLocator(integer=True))
+            axis.set_ylim(bottom, high + 1.0)
         axis.grid(axis="y", alpha=0.3)
         axis.set_axisbelow(True)
     handles = [Line2D([], [], marker="o", linestyle="", color="tab:blue", label="one run (seed)"),
                Line2D([], [], color="black", linewidth=2, label="mean"),
-               Line2D([], [], color="grey", linewidth=0.8, label="min-max"),
-               Line2D([], [], marker="x", linestyle="", color="tab:red", label="did not converge")]
+               Line2D([], [], color="grey", linewidth=0.8, label="min-max")]
+    if not per_seed["converged"].all() or per_seed["epochs_to_converge"].isna().any():
+        handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none", markeredgecolor="tab:red",
+                              label="not converged (n/c: no epoch count)"))
     figure.suptitle("Epochs to converge per seed", fontsize=11)
     figure.tight_layout(rect=(0, 0.07, 1, 1))
     figure.legend(handles=handles, loc="lower center", fontsize=8, frameon=False, ncol=4)

@@ -9,6 +9,7 @@ import pandas as pd
 from mlperf_keras.reporting import rules
 from mlperf_keras.reporting.markdown import table
 from mlperf_keras.reporting.parse import display_path
+from mlperf_keras.reporting.systems import device_words
 from mlperf_keras.reporting.tables import pivot_for_display
 
 # Above these sizes a table goes to its CSV only, so report.md stays readable for a whole published round.
@@ -20,11 +21,12 @@ _MINUTES = "{:.2f}"
 _RATE = "{:,.0f}"
 _PCT = "{:.0f}%"
 _TIMES = "{:.2f}x"
-_COUNT = "{:g}"
+_COUNT = "{:.0f}"   # counts, seeds and batch sizes: integers ("{:g}" printed seed 1629120000 as 1.62912e+09)
 
 
 def render_report(report, log_dirs, out_dir, baseline):
     frames = report.frames
+    kind, counted = device_words(frames["runs"]["gpu_type"]) if "gpu_type" in frames["runs"] else ("GPU", "GPU")
     parts = [_header(report, log_dirs), _identity_section(report)]
     parts.append(_section("MLPerf results", table(
         frames["scores"], {"score_min": _MINUTES, "runs_used": _COUNT, "runs_required": _COUNT,
@@ -35,17 +37,17 @@ def render_report(report, log_dirs, out_dir, baseline):
         "first 50 converged of at most 100) the fastest and the slowest are dropped and the rest averaged, as "
         "`mlperf_logging.result_summarizer` does. One non-converged run may stand in for the slowest; more make "
         "the result invalid. *submittable* also needs every run to pass the official compliance checker."))
-    parts.append(_section("Time to train (minutes) by benchmark, GPU type and GPU count",
+    parts.append(_section(f"Time to train (minutes) by benchmark, {kind} type and {counted} count",
                           _pivot_or_pointer(frames["time_to_train"]),
                           "`*`: not a valid MLPerf score (too few runs or too many non-converged): the mean of the "
                           "converged runs, shown so configurations can still be compared. `n/c`: no run converged.",
                           _image(report, "time_to_train")))
     parts.append(_speedup_section(frames, baseline, report.speedup_notes))
-    parts.append(_section("Scaling with GPU count (against the 1-GPU run)", table(
+    parts.append(_section(f"Scaling with {counted} count (against the 1-{counted} run)", table(
         frames["scaling"], {"devices": _COUNT, "time_to_train_min": _MINUTES, "ttt_speedup": _TIMES, "ttt_efficiency_pct": _PCT,
                             "throughput_samples_per_s": _RATE, "throughput_speedup": _TIMES,
                             "throughput_efficiency_pct": _PCT}),
-        "Efficiency = speedup / GPU count. Time-to-train scaling includes seed-to-seed variation in epochs to "
+        f"Efficiency = speedup / {counted} count. Time-to-train scaling includes seed-to-seed variation in epochs to "
         "converge; throughput scaling does not. CPU runs scale by worker count."))
     parts.append(_section("Throughput (samples/s)", table(
         frames["throughput"], {"devices": _COUNT, "throughput_samples_per_s": _RATE, "std_samples_per_s": _RATE,
@@ -55,7 +57,7 @@ def render_report(report, log_dirs, out_dir, baseline):
         "Median of per-epoch throughput in each run, averaged over runs.", _image(report, "throughput")))
     parts.append(_section("Epochs to converge per seed", _capped(
         "epochs_summary", frames["epochs_summary"], {"runs": _COUNT, "converged": _COUNT, "mean": "{:.2f}", "std": "{:.2f}", "min": "{:g}", "median": "{:g}",
-                                   "max": "{:g}", "global_batch_size": "{:g}"}),
+                                   "max": "{:g}", "global_batch_size": _COUNT}),
         "`seed:epochs` lists every run; `n/c`: did not converge. Statistics are over converged runs.",
         _image(report, "epochs_per_seed")))
     parts.append(_section("Quality curves", "", "", _image(report, "quality_curves")))

@@ -44,6 +44,20 @@ def describe_system(platform, accelerator_model, accelerator_count, num_workers)
     return system, model, int(count), family
 
 
+def is_cpu_family(family) -> bool:
+    """A family (describe_system's last item) of CPU-only runs: "cpu" or "<platform> (cpu)"."""
+    name = str(family).lower()
+    return name == "cpu" or name.endswith("(cpu)")
+
+
+def device_words(families) -> tuple[str, str]:
+    """How titles name the devices and their count: CPU-only reports count workers, any GPU run makes it GPUs."""
+    families = [f for f in families if f is not None and not (isinstance(f, float) and f != f)]
+    if families and all(is_cpu_family(f) for f in families):
+        return "CPU", "worker"
+    return "GPU", "GPU"
+
+
 def bar_label(family, device_count):
     """How a system appears in a chart legend: 'r740_t4 (NVIDIA T4) x2'."""
     return f"{family} x{device_count}" if device_count is not None else family
