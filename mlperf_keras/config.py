@@ -162,6 +162,9 @@ class SystemInfo:
     host_cpu: str
     host_memory_gb: float
     peak_tflops: float | None       # per accelerator at the run's precision, for "fraction of peak"
+    host_processors: int | None = None   # sockets; the three counts are the whole host's (system.host_cpu_counts)
+    host_cpu_cores: int | None = None    # physical cores
+    host_vcpus: int | None = None        # hardware threads
 
 
 @dataclasses.dataclass(frozen=True)

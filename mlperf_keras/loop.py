@@ -93,6 +93,8 @@ def _log_run_info(log, config: RunConfig, workload, dist):
     log.event("num_workers", dist.world_size)
     log.event("host_cpu", system.host_cpu)
     log.event("host_memory_gb", system.host_memory_gb)
+    for key in ("host_processors", "host_cpu_cores", "host_vcpus"):
+        log.event(key, getattr(system, key))
     log.event("framework", _framework_versions(config.backend))
     log.event("keras_backend", config.backend)
     log.event("distribution", dist.describe())

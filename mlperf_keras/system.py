@@ -48,6 +48,31 @@ def host_cpu() -> str:
     return f"{platform.processor() or platform.machine()} x {os.cpu_count()}"
 
 
+def host_cpu_counts(cpuinfo_path: str = "/proc/cpuinfo") -> dict:
+    """{"host_processors": sockets, "host_cpu_cores": physical cores, "host_vcpus": hardware threads} of this host
+    (the system description's host_processors_per_node, host_processor_core_count and _vcpu_count come from them);
+    a count that cannot be read is None. From /proc/cpuinfo's distinct physical ids and (physical id, core id)
+    pairs; without it only the vCPUs (os.cpu_count) are known."""
+    processors, sockets, cores = 0, set(), set()
+    socket = None
+    try:
+        with open(cpuinfo_path) as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                name, value = name.strip(), value.strip()
+                if name == "processor":
+                    processors += 1
+                elif name == "physical id":
+                    socket = value
+                    sockets.add(value)
+                elif name == "core id":
+                    cores.add((socket, value))
+    except OSError:
+        pass
+    return {"host_processors": len(sockets) or None, "host_cpu_cores": len(cores) or None,
+            "host_vcpus": processors or os.cpu_count()}
+
+
 def host_memory_gb() -> float:
     try:
         return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)

@@ -114,7 +114,7 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
         system=SystemInfo(platform=platform, accelerator_model=model_name,
                           accelerators_per_worker=dist.devices_per_worker if count else 0,
                           accelerator_memory_gb=memory, host_cpu=system.host_cpu(),
-                          host_memory_gb=system.host_memory_gb(), peak_tflops=peak),
+                          host_memory_gb=system.host_memory_gb(), peak_tflops=peak, **system.host_cpu_counts()),
         eval_offset=values.eval_offset, progress_seconds=values.progress_seconds,
         backbone_weights=_backbone_weights(values, workload),
         checkpoint_dir=_checkpoint_dir(values), keep_checkpoints=getattr(values, "keep_checkpoints", 2),

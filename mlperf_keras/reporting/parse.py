@@ -27,7 +27,7 @@ _EXTRA_KEYS = ("accelerator_model", "accelerator_count", "accelerator_memory_gb"
 # Other producers (MLPerf v1.0+ logs) sometimes state the scale this way.
 _SCALE_KEYS = ("number_of_nodes", "accelerators_per_node")
 # Logged by mlperf_keras too, but optional: their absence is not worth listing as missing.
-_OPTIONAL_KEYS = ("demo", "synthetic_data")
+_OPTIONAL_KEYS = ("demo", "synthetic_data", "host_processors", "host_cpu_cores", "host_vcpus")
 
 
 def parse_log(path, registry=None, default_round=None):
@@ -94,6 +94,9 @@ def parse_log(path, registry=None, default_round=None):
         num_workers=_as_int(first.get("num_workers")),
         host_cpu=first.get("host_cpu"),
         host_memory_gb=_as_float(first.get("host_memory_gb")),
+        host_processors=_as_int(first.get("host_processors")),
+        host_cpu_cores=_as_int(first.get("host_cpu_cores")),
+        host_vcpus=_as_int(first.get("host_vcpus")),
         framework=first.get("framework"),
         keras_backend=first.get("keras_backend"),
         ruleset=rules.short_ruleset(first.get("ruleset")),

@@ -40,6 +40,9 @@ class RunRecord:
     num_workers: Optional[int] = None
     host_cpu: Optional[str] = None
     host_memory_gb: Optional[float] = None
+    host_processors: Optional[int] = None    # sockets, physical cores and hardware threads of the whole host
+    host_cpu_cores: Optional[int] = None
+    host_vcpus: Optional[int] = None
     framework: Optional[str] = None
     keras_backend: Optional[str] = None
     ruleset: Optional[str] = None            # "0.5" | "0.6" | "0.7" ..., None if not logged

@@ -244,7 +244,8 @@ def _submission_section(report, out_dir):
         lines.append("- In every system file, fill in the fields no log can know: "
                      + ", ".join(f"`{f}`" for f in sorted(common)) + ".")
     if files:
-        lines.append("- `number_of_nodes` and `host_processors_per_node` were assumed to be 1: check them.")
+        lines.append("- `number_of_nodes` was assumed to be 1, and `host_processors_per_node` too where the logs do "
+                     "not give the host's sockets: check them.")
     for system, (path, still_empty, notes) in files:
         extra = [f for f in still_empty if f not in common]
         if extra or notes:
