@@ -11,11 +11,12 @@ What each --dataset fetches, from where, and what is verified (then run the data
              translation/data_download.py at 3ba68748): training-parallel-nc-v12.tgz and dev.tgz from
              data.statmt.org/wmt17, training-parallel-commoncrawl.tgz and training-parallel-europarl-v7.tgz from
              www.statmt.org/wmt13. dev.tgz holds newstest2014 (the BLEU test set). data_prep.wmt reads them as they
-             are, for the Transformer and (--vocab_kind=bpe --workload=gnmt) GNMT. statmt.org publishes no
-             checksums: nothing is verified beyond the announced length.
+             are, for the Transformer. statmt.org publishes no checksums: nothing is verified beyond the announced
+             length.
   wmt16      the GNMT reference's own list (mlcommons/training rnn_translator/download_dataset.sh at 59578e4a):
              europarl v7 de-en.tgz, commoncrawl, training-parallel-nc-v11.tgz, WMT16 dev.tgz and test.tgz. No
-             checksums published. data_prep.wmt reads news-commentary v12 (wmt17), not v11: use wmt17 to prepare.
+             checksums published. python -m data_prep.wmt --workload=gnmt (data_prep.wmt_gnmt) reads them as they
+             are (news-commentary v11, as the reference).
   imagenet   needs an account: prints where to get ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar and
              ILSVRC2012_devkit_t12.tar.gz and where to put them, and checks the md5 of those already in R against
              the values torchvision lists (pytorch/vision torchvision/datasets/imagenet.py, ARCHIVE_META).
@@ -79,7 +80,7 @@ NEXT_STEP = {
     "movielens": "python -m data_prep.movielens --raw_dir={raw} --output_dir=D",
     "coco2017": "python -m data_prep.coco --raw_dir={raw} --output_dir=D",
     "wmt17": "python -m data_prep.wmt --raw_dir={raw} --output_dir=D",
-    "wmt16": "(GNMT's reference files; data_prep.wmt needs the wmt17 files)",
+    "wmt16": "python -m data_prep.wmt --workload=gnmt --raw_dir={raw} --output_dir=D",
     "imagenet": "python -m data_prep.imagenet --raw_dir={raw} --output_dir=D",
 }
 # md5 of the ILSVRC2012 files, as torchvision lists them (pytorch/vision torchvision/datasets/imagenet.py).
@@ -303,8 +304,7 @@ FLAGS = flags.FLAGS
 def define_flags():
     """Defined here, in the module that runs, so that --help shows them."""
     flags.DEFINE_enum("dataset", None, [*DATASETS, "imagenet"], "What to fetch: movielens (ml-20m.zip, NCF), "
-                      "coco2017 (SSD, Mask R-CNN), wmt17 (Transformer, and GNMT through data_prep.wmt), wmt16 (the "
-                      "GNMT reference's files), imagenet (prints how to get it: it needs an account).")
+                      "coco2017 (SSD, Mask R-CNN), wmt17 (Transformer), wmt16 (GNMT: the GNMT reference's files), imagenet (prints how to get it: it needs an account).")
     flags.DEFINE_string("raw_dir", None, "Folder to download into (created if missing); then the data_prep "
                         "command's --raw_dir.")
     flags.DEFINE_float("progress_seconds", 10.0, "Seconds between progress lines.")
