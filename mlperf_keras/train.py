@@ -26,7 +26,9 @@ flags.DEFINE_string("output_dir", "runs", "Where the MLLOG file and resolved con
                     "(a new file per run; nothing is overwritten).")
 flags.DEFINE_integer("seed", None, "Random seed of the run (MLPerf: every run of a result a different seed). "
                      "Default: a fresh random seed, printed and logged.")
-flags.DEFINE_enum("ruleset", "0.5", list(RULESETS), "MLPerf round: quality target, eval cadence, epoch numbering.")
+flags.DEFINE_enum("ruleset", None, list(RULESETS), "MLPerf round: quality target, eval cadence, epoch numbering, "
+                  "and for ResNet the optimizer. Default: the workload's (0.7 for resnet, whose v0.5 SGD step "
+                  "schedule no official checker accepts; 0.5 for the others, the round that defines all of them).")
 flags.DEFINE_enum("precision", "fp32", list(PRECISIONS), "fp32, or mixed precision fp16 (loss scaling) / bf16.")
 flags.DEFINE_integer("batch_size", None, "Global batch size (all workers). Default: the workload's reference "
                      "global batch, or --batch_per_accelerator x workers where the preset sets one.")
@@ -173,6 +175,8 @@ def resolve(values, dist, say=print):
 
     check_flags(values)
     workload = registry.get(values.model)
+    if values.ruleset is None:
+        values = with_values(values, ruleset=workload.default_ruleset)
     demo = values.data_dir is None and not values.synthetic and not values.dry_run
     manifest = None
     if values.data_dir is not None and values.synthetic:
