@@ -73,6 +73,7 @@ def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers
 def save_batch(path: str, host_batch) -> None:
     x, y = host_batch
     arrays = dict(x) if isinstance(x, dict) else {"inputs": x}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)   # e.g. runs/batch.npz on a fresh clone
     np.savez(path, labels=np.asarray(y), **{k: np.asarray(v) for k, v in arrays.items()})
 
 
