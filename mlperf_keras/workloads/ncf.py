@@ -33,7 +33,7 @@ class NCF(Workload):
     dataset_name = "movielens-20m"
     prepare_command = "python -m data_prep.movielens --raw_dir=RAW --output_dir=DATA"
     throughput_unit = "samples"
-    batch_unit = "samples (user-item pairs)"
+    batch_unit = "samples"              # user-item pairs (a positive or a drawn negative)
     train_flops_per_sample = 0.64e6  # (user, item) pairs: forward 0.21 MFLOP through the MLP, x3 for training
     default_max_epochs = 20  # the reference ncf.py --epochs default (mlcommons/training fe17e837)
     demo_target = 0.40
