@@ -64,7 +64,7 @@ def parameter_count(options: GNMTOptions, biases_per_gate: int = 1) -> int:
 
 
 LSTM_PATHS = ("keras", "scan")
-SCAN_UNROLL = 1  # timesteps per iteration of the scan path's loop
+SCAN_UNROLL = 4  # timesteps per loop iteration of the scan path (benchmarks/RESULTS.md: 4 beat 1 on an H200)
 
 
 def default_lstm_path() -> str:
