@@ -210,3 +210,23 @@ def test_demo_reaches_its_target(tmp_path):
     assert config.demo and config.quality_target == workload.demo_target == 60.0
     result = loop.run(config, workload, dist, manifest)
     assert result.status == "success" and result.quality >= 60.0, result
+
+
+@pytest.mark.parametrize("batch, hparams, expected", [
+    (128, "", 1e-3),                       # the reference: 128 sentences per GPU, lr 1e-3
+    (512, "", 1e-3),
+    (2048, "", 2e-3),                      # NVIDIA v0.7 DGX-1: 8 x 256, LR 2.0e-3
+    (3072, "", 2.875e-3),                  # NVIDIA v0.7 DGX A100 (8 x 384) and DGX-2 (16 x 192)
+    (2048, "learning_rate=5e-4", 5e-4),    # an explicit rate wins
+])
+def test_learning_rate_by_global_batch_is_logged_as_run(batch, hparams, expected):
+    from mlperf_keras import distribute
+    from mlperf_keras import train as train_cli
+
+    values = train_values(model="gnmt", dry_run=True, seed=1, batch_size=batch,
+                          hparams=",".join(filter(None, ["hidden=16,vocab_size=40", hparams])))
+    workload, manifest, config = train_cli.resolve(values, distribute.create("tensorflow"), say=lambda _: None)
+    assert workload.learning_rate(config) == expected
+    assert workload.mllog_hparams(config)["opt_base_learning_rate"] == expected
+    schedule = workload.build_optimizer(config, steps_per_epoch=1000)._learning_rate
+    assert float(schedule(300)) == pytest.approx(expected)  # after the 200 warmup steps, before the decays
