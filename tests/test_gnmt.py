@@ -130,7 +130,7 @@ def test_missing_and_misaligned_files_are_one_line_errors(tmp_path):
     raw = tmp_path / "raw"
     wmt_gnmt.write_demo_raw(str(raw), num_pairs=30, num_test=5)
     os.remove(raw / "training-parallel-nc-v11" / "training" / "news-commentary-v11.de-en.de")
-    with pytest.raises(DataError, match="news-commentary-v11.de-en.de not found"):
+    with pytest.raises(DataError, match="corpus news_commentary: found only news-commentary-v11.de-en.en"):
         wmt_gnmt.prepare(str(raw), str(tmp_path / "out"), merges=10, threads=1, log=lambda _: None)
     wmt_gnmt.write_demo_raw(str(raw), num_pairs=30, num_test=5)
     with open(raw / "training-parallel-commoncrawl" / "commoncrawl.de-en.en", "a") as f:

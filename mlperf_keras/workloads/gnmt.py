@@ -40,7 +40,7 @@ import numpy as np
 
 from mlperf_keras.inputs import text
 from mlperf_keras.inputs.manifest import worker_shards
-from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+from mlperf_keras.workloads.base import TrainData, Workload
 
 # WMT16 En-De as the reference prepares it (3,498,161 training pairs at max length 50; vocabulary 32,320 in
 # NVIDIA's logs), for --dry_run and --synthetic without a prepared dataset.
@@ -228,9 +228,16 @@ class GNMT(Workload):
             sources, references, vocab_path = text.load_eval_records(config.data_dir, manifest)
             detokenize = text.BpeVocabulary(vocab_path).decode
             total = manifest["counts"]["eval_sentences"]
-        mine = np.arange(len(sources)) % dist.world_size == dist.rank
-        return GNMTBleuEvaluator(self.model, config, dist, [s for s, m in zip(sources, mine) if m],
-                                 [r for r, m in zip(references, mine) if m], detokenize, total)
+        from mlperf_keras.metrics.bleu import BleuEvaluator
+
+        # The reference's settings (seq2seq/inference/beam_search.py): max_length counts <s>, the search generates
+        # the rest; lengths for the normalisation count <s> too.
+        return BleuEvaluator(self.model, dist, sources, references, detokenize, total,
+                             batch_size=hp["eval_batch_size"], min_boundary=8,
+                             boundary_scale=hp["eval_boundary_scale"], eos_id=EOS_ID, jit_compile=config.jit_compile,
+                             beam_size=hp["beam_size"], alpha=hp["alpha"], extra_length=0,
+                             max_length=hp["max_decode_length"] - 1, coverage_penalty=hp["coverage_penalty"],
+                             length_offset=1, start_id=BOS_ID)
 
     # -- MLLOG ----------------------------------------------------------------------------------------------------
 
@@ -294,42 +301,3 @@ class _CountingTrainData(TrainData):
     def epoch_samples(self) -> int:
         """Tokens of the epoch just run, all workers together (the loop's throughput numerator)."""
         return int(self.dist.sum_across_workers([self._tokens])[0])
-
-
-class GNMTBleuEvaluator(Evaluator):
-    """Beam-search this worker's share of the test set (coverage penalty, GNMT length normalisation), detokenise,
-    and merge sacrebleu statistics exactly (the same shape as the Transformer's evaluator)."""
-
-    def __init__(self, model, config, dist, sources, references, detokenize, total):
-        hp = config.hparams
-        self.model, self.dist, self.detokenize = model, dist, detokenize
-        self.sources, self.references, self.num_samples = sources, references, total
-        self.batches = text.eval_batches([len(s) for s in sources], hp["eval_batch_size"], 8,
-                                         hp["eval_boundary_scale"])
-        self.settings = dict(beam_size=hp["beam_size"], alpha=hp["alpha"], extra_length=0, eos_id=EOS_ID,
-                             jit_compile=config.jit_compile, max_length=hp["max_decode_length"] - 1,
-                             coverage_penalty=hp["coverage_penalty"], length_offset=1, start_id=BOS_ID)
-        self._translator = None
-        self.last_hypotheses: list[str] = []
-
-    def translate(self) -> list[str]:
-        from mlperf_keras.decoding import Translator
-
-        if self._translator is None:
-            self._translator = Translator(self.model, **self.settings)
-        hypotheses = [""] * len(self.sources)
-        for rows, length in self.batches:
-            batch = text.pad_eval_batch([self.sources[r] for r in rows if r >= 0], len(rows), length)
-            decoded = self._translator(batch)
-            for row, ids in zip(rows, decoded):
-                if row >= 0:
-                    ids = list(np.asarray(ids))
-                    hypotheses[row] = self.detokenize(ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids)
-        return hypotheses
-
-    def evaluate(self, predict):
-        from mlperf_keras.metrics.bleu import merged_bleu
-
-        del predict  # BLEU needs beam search, which this evaluator compiles from the model itself
-        self.last_hypotheses = self.translate()
-        return merged_bleu(self.last_hypotheses, self.references, self.dist)
