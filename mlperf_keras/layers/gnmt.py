@@ -68,13 +68,15 @@ SCAN_UNROLL = 4  # timesteps per loop iteration of the scan path (benchmarks/RES
 
 
 def default_lstm_path() -> str:
-    """"scan" on JAX (the LSTMs in the policy's dtype, bf16 under mixed precision), "keras" elsewhere.
+    """"scan" on JAX under mixed precision (the LSTMs then run in bf16/fp16), "keras" otherwise.
 
     Keras' JAX LSTM runs cuDNN through jax.experimental.rnn, which rejects bfloat16 and float16 ("Unknown output
-    type bfloat16"), so under mixed precision it had to run in float32; the masked encoder layer cannot use cuDNN
-    at all there and ran Keras' generic float32 loop. benchmarks/experiments/gnmt_lstm_paths.py times both paths;
-    benchmarks/RESULTS.md has the numbers."""
-    return "scan" if keras.backend.backend() == "jax" else "keras"
+    type bfloat16"), so under mixed precision it has to run in float32 (and the masked encoder layer cannot use
+    cuDNN at all: Keras' generic loop); lstm_sequence runs in the compute dtype. In float32 Keras' LSTM (cuDNN on a
+    GPU) is as fast or faster. benchmarks/experiments/gnmt_lstm_paths.py times both; benchmarks/RESULTS.md has
+    the numbers."""
+    mixed = keras.mixed_precision.global_policy().compute_dtype != "float32"
+    return "scan" if keras.backend.backend() == "jax" and mixed else "keras"
 
 
 def _lstm_dtype(path: str):
