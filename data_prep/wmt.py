@@ -152,6 +152,7 @@ class RawCorpus:
     test_ref: list
     test_src_path: str
     test_ref_path: str
+    files: dict            # file name ("europarl-v7.de-en.en", ...) -> its path (unpacked or extracted)
 
 
 def read_raw_corpus(raw_dir: str, work_dir: str, output_dir: str, corpora, known: dict, log) -> RawCorpus:
@@ -173,7 +174,7 @@ def read_raw_corpus(raw_dir: str, work_dir: str, output_dir: str, corpora, known
         en.extend(a)
         de.extend(b)
         log(f"read {c}: {len(a):,} pairs ({raw.describe(f'{stem}.en', found[f'{stem}.en'])})")
-    return RawCorpus(en, de, per_corpus, test_src, test_ref, test_src_path, test_ref_path)
+    return RawCorpus(en, de, per_corpus, test_src, test_ref, test_src_path, test_ref_path, found)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -357,7 +358,7 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
         t1 = time.time()
         if vocab_kind == "subword":
             # The reference samples the raw corpus files (inputs, then targets), before they are compiled into one.
-            raw_files = [found[f"{CORPORA[c][0]}.{lang}"] for lang in ("en", "de") for c in corpora]
+            raw_files = [corpus.files[f"{CORPORA[c][0]}.{lang}"] for lang in ("en", "de") for c in corpora]
             vocab_name = "vocab.subwords"
             how = f"from {vocab_file}" if vocab_file else f"min_count {subword_min_count or '(searched)'}"
             log(f"building the reference's subword vocabulary (tensor2tensor SubwordTextEncoder, {how})")
