@@ -166,11 +166,16 @@ def main(argv):
               f"  bare  {result['bare_samples_per_s']:,.0f} {unit}/s\n"
               f"  step  median {result['step_ms_median']:.2f} ms, p90 {result['step_ms_p90']:.2f} ms\n"
               f"  {result['train_tflops_per_s']:.2f} TFLOP/s ({peak_text})")
-        print(json.dumps(result))
-        if FLAGS.json_out:
-            with open(FLAGS.json_out, "w") as f:
-                json.dump(result, f, indent=2)
+        _write_json(result)
     return 0
+
+
+def _write_json(result: dict) -> None:
+    """The result as one JSON line on stdout, and in --json_out."""
+    print(json.dumps(result))
+    if FLAGS.json_out:
+        with open(FLAGS.json_out, "w") as f:
+            json.dump(result, f, indent=2)
 
 
 def _decode_main(workload, config, dist, manifest) -> int:
@@ -188,10 +193,7 @@ def _decode_main(workload, config, dist, manifest) -> int:
               f"({result['decode_sentences']} sentences in {result['decode_batches']} batches of "
               f"{result['decode_batch_rows']}, source length {result['decode_source_length']}; "
               f"{result['decode_seconds']:.2f} s, first pass with compile {result['decode_first_pass_seconds']:.1f} s)")
-        print(json.dumps(result))
-        if FLAGS.json_out:
-            with open(FLAGS.json_out, "w") as f:
-                json.dump(result, f, indent=2)
+        _write_json(result)
     return 0
 
 

@@ -230,3 +230,22 @@ def test_learning_rate_by_global_batch_is_logged_as_run(batch, hparams, expected
     assert workload.mllog_hparams(config)["opt_base_learning_rate"] == expected
     schedule = workload.build_optimizer(config, steps_per_epoch=1000)._learning_rate
     assert float(schedule(300)) == pytest.approx(expected)  # after the 200 warmup steps, before the decays
+
+
+def test_decode_benchmark_times_batches_of_one_length_and_counts_real_sentences():
+    from mlperf_keras.benchmark import measure_decode
+
+    class Evaluator:  # the BleuEvaluator surface measure_decode uses: batches (rows, padded length), translate()
+        batches = [([0, 1], 8), ([2, 3], 12), ([4, -1], 12), ([5, 6], 12), ([7, 8], 18)]
+        seen = []
+
+        def translate(self):
+            self.seen.append(list(self.batches))
+            return ["a b", "c"]
+
+    evaluator = Evaluator()
+    result = measure_decode(evaluator, 2)
+    assert evaluator.seen == [[([2, 3], 12), ([4, -1], 12)]] * 2  # compile pass, then the timed one
+    assert result["decode_sentences"] == 3 and result["decode_source_length"] == 12  # the padding row (-1) is not one
+    assert result["decode_batches"] == 2 and result["decode_sentences_per_s"] > 0
+    assert len(evaluator.batches) == 5  # restored
