@@ -21,6 +21,9 @@ Deliberate differences:
   `parameter_count` derives both). Keras' forget-gate bias of 1 (unit_forget_bias) is turned off, as the reference.
 - The reference's padding embedding row (padding_idx) never receives a gradient; here it does, but padding
   positions never reach a real output (masked in the bidirectional layer, in the attention and in the loss).
+- On JAX under mixed precision the LSTMs run on lstm_sequence (default_lstm_path): the same equations and weights,
+  matrix products in bf16/fp16 with the cell state in float32 (the reference trains in fp32 by default, NVIDIA's
+  submissions in fp16 with cuDNN); elsewhere Keras' LSTM.
 - Random numbers: the framework's own. One keras.random.SeedGenerator per build feeds every initializer (each layer
   its own draws), dropout layers get distinct seeds derived from the run's seed.
 
