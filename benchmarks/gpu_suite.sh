@@ -3,7 +3,8 @@
 # mlperf-logging in .whl/, since the machine has JAX and PyTorch but no Keras):
 #   bash benchmarks/gpu_suite.sh peers     # 1 GPU: ours (loop and bare step) and the PyTorch peer, per workload
 #   bash benchmarks/gpu_suite.sh scaling   # 1 and 2 GPUs, per-GPU batch fixed (weak scaling), JAX DataParallel
-#   bash benchmarks/gpu_suite.sh gnmt      # GNMT against its PyTorch peer on our own batch (compiled and eager)
+#   bash benchmarks/gpu_suite.sh gnmt      # GNMT against its PyTorch peer on our own batch (eager and compiled),
+#                                          # and beam-5 decoding sentences/s
 #   bash benchmarks/gpu_suite.sh transformer  # the Transformer against its peer on our own batch, and step variants
 #                                             # (VARIANTS="flags;flags;..." picks benchmarks/transformer_variants.py runs)
 # Each result is one JSON line appended to $OUT/results.jsonl.
@@ -38,7 +39,7 @@ ours() {  # model gpus global_batch tag [--variant="variant flags" | other bench
   # peers use SGD, as v0.5).
   CUDA_VISIBLE_DEVICES=$gpus python3 "${entry[@]}" --model="$m" --backend=jax --flagfile=flags/h200.flags --ruleset=0.5 \
     --batch_size="$batch" --steps="$STEPS" --warmup_steps=5 --json_out="$json" "$@" 2>&1 \
-    | grep -E "^ |on [0-9]+ x|^variant" || echo "FAILED: $m $tag"
+    | grep -E "^ |on [0-9]+ x|^variant|decoding on" || echo "FAILED: $m $tag"
   [ -f "$json" ] && python3 -c "import json,sys; d=json.load(open('$json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
 }
 
@@ -73,12 +74,14 @@ case "${1:-}" in
       ours transformer 0 8192 "variant$tag" --variant="$v" --seed=1
     done ;;
   gnmt)
-    # Ours as shipped (256 sentences, NVIDIA's v0.6/v0.7 per-GPU batch), saving its batch; the peer on that batch.
+    # Ours as shipped (256 sentences, NVIDIA's v0.6/v0.7 per-GPU batch), saving its batch; the peer on that batch,
+    # eager then compiled; then beam-5 decoding sentences/s (2 eval batches of 128, one source length).
     ours gnmt 0 256 ours_1gpu --seed=1 --save_batch="$RUNS/gnmt_batch.npz"
-    for extra in "" "--no_compile"; do
+    for extra in "--no_compile" ""; do
       CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model=gnmt --batch_size=256 --steps="$STEPS" \
-        --warmup_steps=5 --batch_file="$RUNS/gnmt_batch.npz" $extra 2>/dev/null | tail -2 | tee -a "$OUT/results.jsonl" \
+        --warmup_steps=5 --batch_file="$RUNS/gnmt_batch.npz" $extra 2>/dev/null | tail -1 | tee -a "$OUT/results.jsonl" \
         || echo "FAILED: gnmt peer $extra"
+      [ -z "$extra" ] || ours gnmt 0 256 decode_1gpu --decode_batches=2
     done ;;
   *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|transformer|gnmt" >&2; exit 2 ;;
 esac

@@ -40,6 +40,7 @@ the reference's newstest2014.en (dabf51a9c02b2235632f3cee75c72d49). Everything l
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -126,11 +127,54 @@ class RawFiles:
         return out
 
 
-def _missing_corpus_error(raw_dir, name, stem, found):
-    archive = CORPORA[name][1]
+def _missing_corpus_error(raw_dir, name, stem, archive, found):
     have = [f"{stem}.{lang}" for lang in ("en", "de") if f"{stem}.{lang}" in found]
     detail = f"found only {have[0]}" if have else f"neither {stem}.en nor {stem}.de"
     return DataError(f"{raw_dir}: corpus {name}: {detail} (unpacked or inside an archive such as {archive})")
+
+
+def check_corpora_and_shards(corpora, known: dict, num_shards: int) -> None:
+    """The options every WMT preparation shares: corpus names from `known`, at least one shard."""
+    unknown = [c for c in corpora if c not in known]
+    if unknown or not corpora:
+        raise DataError(f"--corpora: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
+    if num_shards < 1:
+        raise DataError(f"--num_shards must be at least 1, got {num_shards}")
+
+
+@dataclasses.dataclass
+class RawCorpus:
+    """The training pairs (all corpora, in order) and newstest2014 as read from the raw files."""
+    en: list
+    de: list
+    per_corpus: dict       # corpus name -> pairs read
+    test_src: list
+    test_ref: list
+    test_src_path: str
+    test_ref_path: str
+    files: dict            # file name ("europarl-v7.de-en.en", ...) -> its path (unpacked or extracted)
+
+
+def read_raw_corpus(raw_dir: str, work_dir: str, output_dir: str, corpora, known: dict, log) -> RawCorpus:
+    """Locate (unpacked or inside archives, RawFiles) and read the training corpora, named in `known` as name ->
+    (file stem, archive), and newstest2014; one-line errors for missing or misaligned files."""
+    raw = RawFiles(raw_dir, work_dir, output_dir)
+    wanted = [f"{known[c][0]}.{lang}" for c in corpora for lang in ("en", "de")] + [*TEST_SGM, *TEST_TXT]
+    found = raw.locate(wanted)
+    for c in corpora:
+        stem, archive = known[c]
+        if f"{stem}.en" not in found or f"{stem}.de" not in found:
+            raise _missing_corpus_error(raw_dir, c, stem, archive, found)
+    test_src, test_ref, test_src_path, test_ref_path = read_test_set(raw, found)
+    en, de, per_corpus = [], [], {}
+    for c in corpora:
+        stem = known[c][0]
+        a, b = read_parallel(found[f"{stem}.en"], found[f"{stem}.de"])
+        per_corpus[c] = len(a)
+        en.extend(a)
+        de.extend(b)
+        log(f"read {c}: {len(a):,} pairs ({raw.describe(f'{stem}.en', found[f'{stem}.en'])})")
+    return RawCorpus(en, de, per_corpus, test_src, test_ref, test_src_path, test_ref_path, found)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -295,32 +339,15 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
         raise DataError(f"--vocab_file is a subword vocabulary (the reference's format); --vocab_kind={vocab_kind} "
                         f"learns its own")
     threads = threads or os.cpu_count() or 1
-    unknown = [c for c in corpora if c not in CORPORA]
-    if unknown or not corpora:
-        raise DataError(f"--corpora: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(CORPORA)}")
-    if num_shards < 1:
-        raise DataError(f"--num_shards must be at least 1, got {num_shards}")
+    check_corpora_and_shards(corpora, CORPORA, num_shards)
     t0 = time.time()
     with StagedOutput(output_dir, overwrite=overwrite) as out:
         work = out.path("_work")
         os.makedirs(work)
-        raw = RawFiles(raw_dir, work, output_dir)
-        wanted = [f"{CORPORA[c][0]}.{lang}" for c in corpora for lang in ("en", "de")] + [*TEST_SGM, *TEST_TXT]
-        found = raw.locate(wanted)
-        for c in corpora:
-            stem = CORPORA[c][0]
-            if f"{stem}.en" not in found or f"{stem}.de" not in found:
-                raise _missing_corpus_error(raw_dir, c, stem, found)
-        test_src, test_ref, test_src_path, test_ref_path = read_test_set(raw, found)
-
-        en, de, per_corpus = [], [], {}
-        for c in corpora:
-            stem = CORPORA[c][0]
-            a, b = read_parallel(found[f"{stem}.en"], found[f"{stem}.de"])
-            per_corpus[c] = len(a)
-            en.extend(a)
-            de.extend(b)
-            log(f"read {c}: {len(a):,} pairs ({raw.describe(f'{stem}.en', found[f'{stem}.en'])})")
+        corpus = read_raw_corpus(raw_dir, work, output_dir, corpora, CORPORA, log)
+        en, de, per_corpus = corpus.en, corpus.de, corpus.per_corpus
+        test_src, test_ref = corpus.test_src, corpus.test_ref
+        test_src_path, test_ref_path = corpus.test_src_path, corpus.test_ref_path
         raw_pairs = len(en)
         en, de, dropped = clean_pairs(en, de, max_ratio, drop_empty)
         empty_side_pairs = sum(1 for a, b in zip(en, de) if not a or not b)  # kept, as the reference keeps them
@@ -331,7 +358,7 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
         t1 = time.time()
         if vocab_kind == "subword":
             # The reference samples the raw corpus files (inputs, then targets), before they are compiled into one.
-            raw_files = [found[f"{CORPORA[c][0]}.{lang}"] for lang in ("en", "de") for c in corpora]
+            raw_files = [corpus.files[f"{CORPORA[c][0]}.{lang}"] for lang in ("en", "de") for c in corpora]
             vocab_name = "vocab.subwords"
             how = f"from {vocab_file}" if vocab_file else f"min_count {subword_min_count or '(searched)'}"
             log(f"building the reference's subword vocabulary (tensor2tensor SubwordTextEncoder, {how})")
@@ -435,6 +462,13 @@ def _words(rng, count):
     return sorted(words)
 
 
+def write_test_sgm(directory: str, pairs) -> None:
+    """newstest2014's source and reference SGML files (TEST_SGM) in directory, from (English, German) pairs."""
+    os.makedirs(directory, exist_ok=True)
+    _write_sgm(os.path.join(directory, TEST_SGM[0]), "src", "en", [p[0] for p in pairs])
+    _write_sgm(os.path.join(directory, TEST_SGM[1]), "ref", "de", [p[1] for p in pairs])
+
+
 def _write_sgm(path, kind, lang, lines):
     """A newstest-style SGML file (the "fake SGML" WMT used until 2020)."""
     header = ('<srcset setid="newstest2014" srclang="any">' if kind == "src"
@@ -484,9 +518,7 @@ def write_demo_raw(raw_dir: str, num_pairs: int = 20_000, num_test: int = 200, t
                 f.write("".join(p[side] + "\n" for p in pairs))
     test = [pair() for _ in range(num_test)]
     dev = os.path.join(staging, "dev", "dev")
-    os.makedirs(dev, exist_ok=True)
-    _write_sgm(os.path.join(dev, TEST_SGM[0]), "src", "en", [p[0] for p in test])
-    _write_sgm(os.path.join(dev, TEST_SGM[1]), "ref", "de", [p[1] for p in test])
+    write_test_sgm(dev, test)
     if archives:
         import shutil
 

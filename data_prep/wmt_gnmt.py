@@ -2,7 +2,7 @@
 WMT16 En-De -> the MLPerf GNMT dataset.
 
 Reads the official WMT16 material from R, archives (.tgz / .tar.gz / .tar) or unpacked, found by file name anywhere
-below R (data_prep.wmt's RawFiles):
+below R (data_prep.wmt's RawFiles and read_raw_corpus, which wmt_gnmt shares with it):
     europarl        europarl-v7.de-en.{en,de}          training-parallel-europarl-v7.tgz
     commoncrawl     commoncrawl.de-en.{en,de}          training-parallel-commoncrawl.tgz
     news_commentary news-commentary-v11.de-en.{en,de}  training-parallel-nc-v11.tgz
@@ -39,7 +39,7 @@ import numpy as np
 from absl import app, flags
 
 from data_prep import cli
-from data_prep.wmt import RawFiles, read_parallel, read_test_set, TEST_SGM, TEST_TXT, _write_sgm
+from data_prep.wmt import check_corpora_and_shards, read_raw_corpus, write_test_sgm
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 CORPORA = {  # name -> (file stem inside the archive, the archive WMT16 distributes it in)
@@ -158,36 +158,17 @@ def prepare(raw_dir: str, output_dir: str, corpora=tuple(CORPORA), merges: int =
     from mlperf_keras.inputs import text
 
     threads = threads or os.cpu_count() or 1
-    unknown = [c for c in corpora if c not in CORPORA]
-    if unknown or not corpora:
-        raise DataError(f"--corpora: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(CORPORA)}")
-    if num_shards < 1:
-        raise DataError(f"--num_shards must be at least 1, got {num_shards}")
+    check_corpora_and_shards(corpora, CORPORA, num_shards)
     if max_length < 3:
         raise DataError(f"--max_length must leave room for <s>, a token and </s>, got {max_length}")
     t0 = time.time()
     with StagedOutput(output_dir, overwrite=overwrite) as out:
         work = out.path("_work")
         os.makedirs(work)
-        raw = RawFiles(raw_dir, work, output_dir)
-        wanted = [f"{CORPORA[c][0]}.{lang}" for c in corpora for lang in ("en", "de")] + [*TEST_SGM, *TEST_TXT]
-        found = raw.locate(wanted)
-        for c in corpora:
-            stem, archive = CORPORA[c]
-            missing = [f"{stem}.{lang}" for lang in ("en", "de") if f"{stem}.{lang}" not in found]
-            if missing:
-                raise DataError(f"{raw_dir}: corpus {c}: {' and '.join(missing)} not found (unpacked or inside an "
-                                f"archive such as {archive})")
-        test_src, test_ref, test_src_path, test_ref_path = read_test_set(raw, found)
-
-        en, de, per_corpus = [], [], {}
-        for c in corpora:
-            stem = CORPORA[c][0]
-            a, b = read_parallel(found[f"{stem}.en"], found[f"{stem}.de"])
-            per_corpus[c] = len(a)
-            en.extend(a)
-            de.extend(b)
-            log(f"read {c}: {len(a):,} pairs ({raw.describe(f'{stem}.en', found[f'{stem}.en'])})")
+        corpus = read_raw_corpus(raw_dir, work, output_dir, corpora, CORPORA, log)
+        en, de, per_corpus = corpus.en, corpus.de, corpus.per_corpus
+        test_src, test_ref = corpus.test_src, corpus.test_ref
+        test_src_path, test_ref_path = corpus.test_src_path, corpus.test_ref_path
         raw_pairs = len(en)
         log(f"Moses tokenisation of {raw_pairs:,} pairs and {len(test_src):,} test sentences ({threads} processes)")
         en, de = moses_tokenize(en, "en", threads), moses_tokenize(de, "de", threads)
@@ -285,10 +266,7 @@ def write_demo_raw(raw_dir: str, num_pairs: int = 6_000, num_test: int = 200, se
             with open(os.path.join(directory, f"{CORPORA[corpus][0]}.{lang}"), "w", encoding="utf-8") as f:
                 f.write("".join(p[side] + "\n" for p in pairs))
     test = [pair() for _ in range(num_test)]
-    dev = os.path.join(raw_dir, "dev", "dev")
-    os.makedirs(dev, exist_ok=True)
-    _write_sgm(os.path.join(dev, TEST_SGM[0]), "src", "en", [p[0] for p in test])
-    _write_sgm(os.path.join(dev, TEST_SGM[1]), "ref", "de", [p[1] for p in test])
+    write_test_sgm(os.path.join(raw_dir, "dev", "dev"), test)
 
 
 FLAGS = flags.FLAGS

@@ -6,6 +6,11 @@ over the peak (--peak_tflops, or the preset/known table). Takes the same flags a
 With --synthetic (the default when no --data_dir is given) one batch of the real shapes lives on the device, so it
 measures the model and the loop, not the host; it then needs no TensorFlow on the JAX backend.
 
+With --decode_batches=N (translation workloads) it times the evaluation's beam search instead: N batches of the
+eval set (synthetic without --data_dir) of its most common padded source length, one compile, through the
+workload's evaluator exactly as an epoch's evaluation runs it (search, detokenisation), and prints sentences/s of
+the second pass.
+
 Three numbers are measured in the same process:
   bare   the compiled train step called back to back (the ceiling of our own code),
   loop   the same step driven by loop.run_epoch, exactly as training runs it,
@@ -31,6 +36,8 @@ flags.DEFINE_string("json_out", None, "Also write the results as JSON to this fi
 flags.DEFINE_string("save_batch", None, "Also write the measured batch to this .npz (inputs under their names, "
                     "labels as 'labels'), so that a peer can be timed on the same data "
                     "(benchmarks/torch_peers.py --batch_file).")
+flags.DEFINE_integer("decode_batches", 0, "Time beam-search decoding instead of training (gnmt, transformer): this "
+                     "many eval batches of the eval set's most common padded source length.")
 FLAGS = flags.FLAGS
 
 
@@ -70,6 +77,31 @@ def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers
             "loop_vs_bare": through_loop / bare}
 
 
+def measure_decode(evaluator, num_batches: int) -> dict:
+    """Sentences/s of evaluator.translate() over num_batches of its batches of one padded length (the most common
+    one, so one compile); the first pass compiles and is not timed. A model that never emits EOS (random weights)
+    decodes every batch to the maximum length: the slowest case."""
+    import collections
+
+    length = collections.Counter(n for _, n in evaluator.batches).most_common(1)[0][0]
+    chosen = [batch for batch in evaluator.batches if batch[1] == length][:num_batches]
+    sentences = sum(int(r >= 0) for rows, _ in chosen for r in rows)
+    all_batches, evaluator.batches = evaluator.batches, chosen
+    try:
+        start = time.perf_counter()
+        evaluator.translate()
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        hypotheses = evaluator.translate()
+        seconds = time.perf_counter() - start
+    finally:
+        evaluator.batches = all_batches
+    words = sum(len(h.split()) for h in hypotheses if h)
+    return {"decode_sentences_per_s": sentences / seconds, "decode_sentences": sentences,
+            "decode_batches": len(chosen), "decode_batch_rows": len(chosen[0][0]), "decode_source_length": length,
+            "decode_seconds": seconds, "decode_first_pass_seconds": first, "decode_words_out": words}
+
+
 def save_batch(path: str, host_batch) -> None:
     x, y = host_batch
     arrays = dict(x) if isinstance(x, dict) else {"inputs": x}
@@ -93,6 +125,8 @@ def main(argv):
         values = train_cli.with_values(FLAGS, synthetic=FLAGS.synthetic or FLAGS.data_dir is None, dry_run=False)
         workload, manifest, config = train_cli.resolve(values, dist)
         model, step = loop.build(config, workload, dist, manifest)
+        if FLAGS.decode_batches > 0:
+            return _decode_main(workload, config, dist, manifest)
         if manifest is None:
             source = workload.synthetic_train_data(config, dist)
         else:
@@ -133,10 +167,34 @@ def main(argv):
               f"  bare  {result['bare_samples_per_s']:,.0f} {unit}/s\n"
               f"  step  median {result['step_ms_median']:.2f} ms, p90 {result['step_ms_p90']:.2f} ms\n"
               f"  {result['train_tflops_per_s']:.2f} TFLOP/s ({peak_text})")
-        print(json.dumps(result))
-        if FLAGS.json_out:
-            with open(FLAGS.json_out, "w") as f:
-                json.dump(result, f, indent=2)
+        _write_json(result)
+    return 0
+
+
+def _write_json(result: dict) -> None:
+    """The result as one JSON line on stdout, and in --json_out."""
+    print(json.dumps(result))
+    if FLAGS.json_out:
+        with open(FLAGS.json_out, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+def _decode_main(workload, config, dist, manifest) -> int:
+    if not hasattr(workload, "evaluator") or config.model not in ("gnmt", "transformer"):
+        raise ConfigError("--decode_batches times beam search: --model=gnmt or --model=transformer")
+    result = measure_decode(workload.evaluator(config, dist, manifest), FLAGS.decode_batches)
+    hp = config.hparams
+    result.update({"model": config.model, "backend": config.backend, "precision": config.precision,
+                   "accelerator": config.system.accelerator_model, "beam_size": hp["beam_size"],
+                   "max_decode_length": hp.get("max_decode_length"), "coverage_penalty": hp.get("coverage_penalty"),
+                   "workers": dist.world_size})
+    if dist.is_chief:
+        print(f"{config.model} {config.backend} {config.precision} beam {hp['beam_size']} decoding on "
+              f"{config.system.accelerator_model}: {result['decode_sentences_per_s']:,.1f} sentences/s per worker "
+              f"({result['decode_sentences']} sentences in {result['decode_batches']} batches of "
+              f"{result['decode_batch_rows']}, source length {result['decode_source_length']}; "
+              f"{result['decode_seconds']:.2f} s, first pass with compile {result['decode_first_pass_seconds']:.1f} s)")
+        _write_json(result)
     return 0
 
 

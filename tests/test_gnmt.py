@@ -130,7 +130,7 @@ def test_missing_and_misaligned_files_are_one_line_errors(tmp_path):
     raw = tmp_path / "raw"
     wmt_gnmt.write_demo_raw(str(raw), num_pairs=30, num_test=5)
     os.remove(raw / "training-parallel-nc-v11" / "training" / "news-commentary-v11.de-en.de")
-    with pytest.raises(DataError, match="news-commentary-v11.de-en.de not found"):
+    with pytest.raises(DataError, match="corpus news_commentary: found only news-commentary-v11.de-en.en"):
         wmt_gnmt.prepare(str(raw), str(tmp_path / "out"), merges=10, threads=1, log=lambda _: None)
     wmt_gnmt.write_demo_raw(str(raw), num_pairs=30, num_test=5)
     with open(raw / "training-parallel-commoncrawl" / "commoncrawl.de-en.en", "a") as f:
@@ -210,3 +210,42 @@ def test_demo_reaches_its_target(tmp_path):
     assert config.demo and config.quality_target == workload.demo_target == 60.0
     result = loop.run(config, workload, dist, manifest)
     assert result.status == "success" and result.quality >= 60.0, result
+
+
+@pytest.mark.parametrize("batch, hparams, expected", [
+    (128, "", 1e-3),                       # the reference: 128 sentences per GPU, lr 1e-3
+    (512, "", 1e-3),
+    (2048, "", 2e-3),                      # NVIDIA v0.7 DGX-1: 8 x 256, LR 2.0e-3
+    (3072, "", 2.875e-3),                  # NVIDIA v0.7 DGX A100 (8 x 384) and DGX-2 (16 x 192)
+    (2048, "learning_rate=5e-4", 5e-4),    # an explicit rate wins
+])
+def test_learning_rate_by_global_batch_is_logged_as_run(batch, hparams, expected):
+    from mlperf_keras import distribute
+    from mlperf_keras import train as train_cli
+
+    values = train_values(model="gnmt", dry_run=True, seed=1, batch_size=batch,
+                          hparams=",".join(filter(None, ["hidden=16,vocab_size=40", hparams])))
+    workload, manifest, config = train_cli.resolve(values, distribute.create("tensorflow"), say=lambda _: None)
+    assert workload.learning_rate(config) == expected
+    assert workload.mllog_hparams(config)["opt_base_learning_rate"] == expected
+    schedule = workload.build_optimizer(config, steps_per_epoch=1000)._learning_rate
+    assert float(schedule(300)) == pytest.approx(expected)  # after the 200 warmup steps, before the decays
+
+
+def test_decode_benchmark_times_batches_of_one_length_and_counts_real_sentences():
+    from mlperf_keras.benchmark import measure_decode
+
+    class Evaluator:  # the BleuEvaluator surface measure_decode uses: batches (rows, padded length), translate()
+        batches = [([0, 1], 8), ([2, 3], 12), ([4, -1], 12), ([5, 6], 12), ([7, 8], 18)]
+        seen = []
+
+        def translate(self):
+            self.seen.append(list(self.batches))
+            return ["a b", "c"]
+
+    evaluator = Evaluator()
+    result = measure_decode(evaluator, 2)
+    assert evaluator.seen == [[([2, 3], 12), ([4, -1], 12)]] * 2  # compile pass, then the timed one
+    assert result["decode_sentences"] == 3 and result["decode_source_length"] == 12  # the padding row (-1) is not one
+    assert result["decode_batches"] == 2 and result["decode_sentences_per_s"] > 0
+    assert len(evaluator.batches) == 5  # restored

@@ -151,3 +151,116 @@ def test_runs_and_trains_on_jax():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["shape"] == [1, 2, 40]
     assert all(result["nonzero"]) and len(result["nonzero"]) == 35  # 9 LSTMs x 3, embedding, classifier 2, attention 5
+
+
+_JAX_SCAN = """
+import json, keras, numpy as np, jax
+from mlperf_keras.layers import gnmt
+options = gnmt.GNMTOptions(vocab_size=40, hidden=8, dropout=0.0)
+x = {"source": np.array([[2, 5, 6, 7, 3, 0], [2, 8, 3, 0, 0, 0]], np.int32),
+     "target_input": np.array([[2, 5, 6, 7], [2, 9, 0, 0]], np.int32)}
+def grads(m):
+    fixed = [v.value for v in m.non_trainable_variables]
+    def loss(trainable):
+        out, _ = m.stateless_call(trainable, fixed, x, training=True)
+        return jax.numpy.sum(out ** 2)
+    return [np.asarray(g) for g in jax.grad(loss)([v.value for v in m.trainable_variables])]
+result = {}
+models = {}
+for path in ("keras", "scan"):
+    models[path] = gnmt.GNMT(options, seed=1, lstm_path=path)
+    models[path].build()
+models["scan"].set_weights(models["keras"].get_weights())
+out = {p: np.asarray(m(x)) for p, m in models.items()}
+result["max_output_difference"] = float(np.abs(out["keras"] - out["scan"]).max())
+g = {p: grads(m) for p, m in models.items()}
+# Relative to the largest gradient: the attention's gradients here are ~1e-10 and differ by rounding alone.
+result["max_relative_gradient_difference"] = (max(float(np.abs(a - b).max()) for a, b in zip(g["keras"], g["scan"]))
+                                              / max(float(np.abs(a).max()) for a in g["keras"]))
+step, state = models["scan"].beam_decoder(x["source"], 1)
+steps = []
+for i in range(x["target_input"].shape[1]):
+    logits, _, state = step(x["target_input"][:, i], i, state)
+    steps.append(np.asarray(logits))
+result["max_decode_step_difference"] = float(np.abs(np.stack(steps, 1) - out["scan"]).max())
+keras.mixed_precision.set_global_policy("mixed_bfloat16")
+half = gnmt.GNMT(options, seed=1)
+half.build()
+half.set_weights(models["keras"].get_weights())
+result["bf16_default_path"] = half.lstm_path
+result["bf16_lstm_dtype"] = half.encoder_forward.compute_dtype
+result["bf16_max_output_difference"] = float(np.abs(np.asarray(half(x), np.float32) - out["keras"]).max())
+result["logit_scale"] = float(np.abs(out["keras"]).max())
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.slow  # a JAX subprocess tracing two models and their gradients: about a minute on 2 loaded cores
+def test_scan_lstm_path_equals_keras_lstm_on_jax():
+    # The JAX default (lstm_path="scan": input projection for all steps at once, lax.scan over h @ W_hh) is the same
+    # function as Keras' LSTM: masked bidirectional layer, outputs, gradients and the cached decode step, in float32.
+    out = subprocess.run([sys.executable, "-c", _JAX_SCAN], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "KERAS_BACKEND": "jax"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["max_output_difference"] < 1e-5
+    assert r["max_relative_gradient_difference"] < 1e-5
+    assert r["max_decode_step_difference"] < 1e-5
+    # Under mixed bf16 the scan path runs the LSTMs in bf16 (Keras' JAX LSTM had to stay float32): close, not equal.
+    assert r["bf16_default_path"] == "scan" and r["bf16_lstm_dtype"] == "bfloat16"
+    assert 0 < r["bf16_max_output_difference"] < 0.05 * r["logit_scale"] + 0.02
+
+
+def test_scan_lstm_path_is_refused_off_jax():
+    if keras.backend.backend() == "jax":
+        pytest.skip("the TensorFlow backend's refusal")
+    with pytest.raises(ValueError, match="JAX backend only"):
+        gnmt.GNMT(SMALL, seed=1, lstm_path="scan")
+
+
+@pytest.mark.slow  # about a minute on 2 loaded CPU cores (TensorFlow, no XLA): ~400 steps of a width-64 GNMT
+def test_learns_to_reverse_sequences_to_high_bleu():
+    # The whole GNMT (4 + 4 layers, attention) at width 64 learns to reverse random token sequences, trained with the
+    # workload's label-smoothed loss and Adam, and decodes them with the evaluation's beam search (beam 5, GNMT's
+    # length normalisation and coverage penalty): reversal needs the attention to walk the source backwards.
+    from mlperf_keras import distribute, steps
+    from mlperf_keras.decoding import Translator, strip_eos
+    from mlperf_keras.metrics.bleu import corpus_bleu
+    from mlperf_keras.workloads.gnmt import smoothed_loss
+
+    rng = np.random.default_rng(0)
+    vocab, length = 24, 9  # 2-7 tokens between <s> and </s>
+
+    def pairs(n):
+        sizes = rng.integers(2, length - 1, n)
+        source = np.zeros((n, length), np.int32)
+        target = np.zeros((n, length + 1), np.int32)
+        for i, k in enumerate(sizes):
+            words = rng.integers(4, vocab, k)
+            source[i, :k + 2] = [gnmt.BOS_ID, *words, gnmt.EOS_ID]
+            target[i, :k + 2] = [gnmt.BOS_ID, *words[::-1], gnmt.EOS_ID]
+        return source, target
+
+    keras.utils.set_random_seed(1)
+    model = gnmt.GNMT(gnmt.GNMTOptions(vocab_size=vocab, hidden=64, dropout=0.0), seed=1)
+    model.build()
+    optimizer = keras.optimizers.Adam(1e-2, global_clipnorm=5.0)
+    step = steps.make_train_step(model, optimizer, lambda y, p: smoothed_loss(y, p, 0.1),
+                                 distribute.create(keras.backend.backend()), jit_compile=False)
+    for _ in range(400):
+        source, target = pairs(64)
+        loss = step({"source": source, "target_input": target[:, :-1]}, target[:, 1:])
+    step.sync_to_model()
+    assert float(loss) < 5.0  # per sentence: ~13 at step 100, ~3 (near label smoothing's floor) from step 400
+
+    source, target = pairs(100)
+    translator = Translator(model, beam_size=5, alpha=0.6, extra_length=0, eos_id=gnmt.EOS_ID, jit_compile=False,
+                            max_length=length + 1, coverage_penalty=0.1, length_offset=1, start_id=gnmt.BOS_ID)
+    decoded = translator(source)
+
+    def words(ids):
+        return " ".join(str(t) for t in strip_eos(ids, gnmt.EOS_ID))
+
+    hypotheses = [words(ids) for ids in decoded]
+    references = [words(t[1:]) for t in target]
+    assert corpus_bleu(hypotheses, references) > 90

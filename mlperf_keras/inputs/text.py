@@ -16,7 +16,7 @@ shard order and then examples (a seeded buffer) per epoch, deterministically for
 Every pair is read exactly once per epoch across the workers: an epoch has as many steps as the worker with the most
 batches needs, and a worker with fewer ends its epoch with empty batches (all padding: no loss, no gradient), as
 the reference's single-worker epoch is one full pass with partial last batches per bucket.
-Everything except TrainPipeline, load_eval_set and the TFRecord helpers is NumPy only (no TensorFlow import), so the
+Everything except TrainPipeline, load_eval_records, load_eval_set and the TFRecord helpers is NumPy only (no TensorFlow import), so the
 synthetic source serves JAX-only machines.
 """
 from __future__ import annotations
@@ -282,8 +282,8 @@ def synthetic_eval_set(sentences: int, vocab_size: int, max_length: int, seed: i
     return sources, references, lambda ids: " ".join(str(t) for t in ids)
 
 
-def load_eval_set(data_dir: str, manifest: dict):
-    """(source id arrays, their test-set indices, reference sentences, detokenize) of a prepared dataset."""
+def load_eval_records(data_dir: str, manifest: dict):
+    """(source id arrays in test-set order, reference sentences, the vocabulary file) of a prepared dataset."""
     import tensorflow as tf
 
     by_split = {}
@@ -292,22 +292,25 @@ def load_eval_set(data_dir: str, manifest: dict):
     for split in ("eval", "reference", "vocab"):
         if split not in by_split:
             raise DataError(f"{os.path.join(data_dir, 'manifest.json')}: lists no {split} file")
-    sources, indices = [], []
+    records = []
     for path in sorted(by_split["eval"]):
-        for record in tf.data.TFRecordDataset(path).map(parse_eval).as_numpy_iterator():
-            index, ids = record
-            indices.append(int(index))
-            sources.append(ids.astype(np.int32))
+        for index, ids in tf.data.TFRecordDataset(path).map(parse_eval).as_numpy_iterator():
+            records.append((int(index), ids.astype(np.int32)))
+    records.sort(key=lambda r: r[0])
     with open(by_split["reference"][0], encoding="utf-8") as f:
         references = f.read().split("\n")[:-1]
-    order = np.argsort(indices)
-    indices = np.asarray(indices)[order]
-    sources = [sources[i] for i in order]
-    if len(references) != len(sources) or (len(indices) and not np.array_equal(indices, np.arange(len(indices)))):
-        raise DataError(f"{by_split['reference'][0]}: {len(references)} reference lines for {len(sources)} "
+    if len(references) != len(records) or [r[0] for r in records] != list(range(len(records))):
+        raise DataError(f"{by_split['reference'][0]}: {len(references)} reference lines for {len(records)} "
                         f"eval records (prepare the data again)")
+    return [r[1] for r in records], references, by_split["vocab"][0]
+
+
+def load_eval_set(data_dir: str, manifest: dict):
+    """(source id arrays, their test-set indices, reference sentences, detokenize) of a prepared dataset, with the
+    vocabulary named by the manifest's options.tokenizer (open_vocabulary)."""
+    sources, references, vocab_path = load_eval_records(data_dir, manifest)
     tokenizer = manifest.get("options", {}).get("tokenizer", "sentencepiece")
-    return sources, indices, references, open_vocabulary(by_split["vocab"][0], tokenizer).decode
+    return sources, np.arange(len(sources)), references, open_vocabulary(vocab_path, tokenizer).decode
 
 
 def open_vocabulary(path: str, tokenizer: str):
@@ -408,30 +411,6 @@ class StartTokenTrainPipeline(TrainPipeline):
     def dataset(self, epoch: int):
         return super().dataset(epoch).map(lambda x, t: ({"source": x["source"], "target_input": t[:, :-1]},
                                                         t[:, 1:]))
-
-
-def load_eval_records(data_dir: str, manifest: dict):
-    """(source id arrays in test-set order, reference sentences, the vocabulary file) of a prepared dataset; the
-    records and reference reading of load_eval_set, without its sentencepiece model."""
-    import tensorflow as tf
-
-    by_split = {}
-    for f in manifest["files"]:
-        by_split.setdefault(f.get("split"), []).append(os.path.join(data_dir, f["name"]))
-    for split in ("eval", "reference", "vocab"):
-        if split not in by_split:
-            raise DataError(f"{os.path.join(data_dir, 'manifest.json')}: lists no {split} file")
-    records = []
-    for path in sorted(by_split["eval"]):
-        for index, ids in tf.data.TFRecordDataset(path).map(parse_eval).as_numpy_iterator():
-            records.append((int(index), ids.astype(np.int32)))
-    records.sort(key=lambda r: r[0])
-    with open(by_split["reference"][0], encoding="utf-8") as f:
-        references = f.read().split("\n")[:-1]
-    if len(references) != len(records) or [r[0] for r in records] != list(range(len(records))):
-        raise DataError(f"{by_split['reference'][0]}: {len(references)} reference lines for {len(records)} "
-                        f"eval records (prepare the data again)")
-    return [r[1] for r in records], references, by_split["vocab"][0]
 
 
 class BpeVocabulary:

@@ -21,6 +21,9 @@ Deliberate differences:
   `parameter_count` derives both). Keras' forget-gate bias of 1 (unit_forget_bias) is turned off, as the reference.
 - The reference's padding embedding row (padding_idx) never receives a gradient; here it does, but padding
   positions never reach a real output (masked in the bidirectional layer, in the attention and in the loss).
+- On JAX under mixed precision the LSTMs run on lstm_sequence (default_lstm_path): the same equations and weights,
+  matrix products in bf16/fp16 with the cell state in float32 (the reference trains in fp32 by default, NVIDIA's
+  submissions in fp16 with cuDNN); elsewhere Keras' LSTM.
 - Random numbers: the framework's own. One keras.random.SeedGenerator per build feeds every initializer (each layer
   its own draws), dropout layers get distinct seeds derived from the run's seed.
 
@@ -63,21 +66,82 @@ def parameter_count(options: GNMTOptions, biases_per_gate: int = 1) -> int:
     return embedding + encoder + decoder
 
 
-def _lstm_dtype():
-    """float32 for the LSTMs under mixed precision on JAX: jax.experimental.rnn's cuDNN LSTM (what Keras' JAX LSTM
-    runs on a GPU) rejects bfloat16 and float16 ("Unknown output type bfloat16"). The embedding, attention and
-    classifier keep the mixed policy; on TensorFlow the LSTMs follow the global policy."""
-    if keras.backend.backend() == "jax" and keras.mixed_precision.global_policy().compute_dtype != "float32":
+LSTM_PATHS = ("keras", "scan")
+SCAN_UNROLL = 4  # timesteps per loop iteration of the scan path (benchmarks/RESULTS.md: 4 beat 1 on an H200)
+
+
+def default_lstm_path() -> str:
+    """"scan" on JAX under mixed precision (the LSTMs then run in bf16/fp16), "keras" otherwise.
+
+    Keras' JAX LSTM runs cuDNN through jax.experimental.rnn, which rejects bfloat16 and float16 ("Unknown output
+    type bfloat16"), so under mixed precision it has to run in float32 (and the masked encoder layer cannot use
+    cuDNN at all: Keras' generic loop); lstm_sequence runs in the compute dtype. In float32 Keras' LSTM (cuDNN on a
+    GPU) is as fast or faster. benchmarks/experiments/gnmt_lstm_paths.py times both; benchmarks/RESULTS.md has
+    the numbers."""
+    mixed = keras.mixed_precision.global_policy().compute_dtype != "float32"
+    return "scan" if keras.backend.backend() == "jax" and mixed else "keras"
+
+
+def _lstm_dtype(path: str):
+    """float32 for Keras' LSTM under mixed precision on JAX (cuDNN there rejects bf16, see default_lstm_path); the
+    scan path and TensorFlow follow the global policy. The embedding, attention and classifier keep the policy."""
+    if (path == "keras" and keras.backend.backend() == "jax"
+            and keras.mixed_precision.global_policy().compute_dtype != "float32"):
         return "float32"
     return None
+
+
+def lstm_sequence(layer, x, mask=None, reverse=False, unroll: int = 1):
+    """keras.layers.LSTM `layer`'s function over a whole sequence (return_sequences, zero initial state), with the
+    input projection x @ kernel + bias done once for all timesteps and only h @ recurrent_kernel inside the loop.
+
+    The same equations, gate order (i, f, c, o) and weights as the layer: outputs equal layer(x, mask=mask) (with
+    reverse for a go_backwards layer, whose outputs come back in input order, not reversed). Matrix products run
+    in the layer's compute dtype (bf16 under mixed precision), the gates and the cell state c in float32, h in the
+    compute dtype. A masked step keeps the previous h and c and outputs the previous h, as Keras' masked LSTM
+    (zero_output_for_mask=False); running in reverse over right-padded rows, the state stays zero until the last
+    real token, as the reference's packed sequence."""
+    cell = layer.cell
+    dtype = layer.compute_dtype
+    x = ops.cast(x, dtype)
+    kernel = ops.cast(cell.kernel, dtype)
+    recurrent = ops.cast(cell.recurrent_kernel, dtype)
+    gates_in = ops.matmul(x, kernel) + ops.cast(cell.bias, dtype)        # [B, T, 4H], one matmul for all steps
+    gates_in = ops.transpose(gates_in, (1, 0, 2))                         # [T, B, 4H]
+    batch, units = ops.shape(x)[0], cell.units
+    h0 = ops.zeros((batch, units), dtype)
+    c0 = ops.zeros((batch, units), "float32")
+
+    def step(carry, inputs):
+        h, c = carry
+        z_in, m = inputs if mask is not None else (inputs, None)
+        z = ops.cast(z_in, "float32") + ops.cast(ops.matmul(h, recurrent), "float32")
+        i, f, g, o = ops.split(z, 4, axis=-1)
+        c_new = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
+        h_new = ops.cast(ops.sigmoid(o) * ops.tanh(c_new), dtype)
+        if m is not None:
+            h_new = ops.where(m, h_new, h)
+            c_new = ops.where(m, c_new, c)
+        return (h_new, c_new), h_new
+
+    xs = gates_in if mask is None else (gates_in, ops.expand_dims(ops.transpose(mask), -1))
+    _, outputs = ops.scan(step, (h0, c0), xs, reverse=reverse, unroll=unroll)
+    return ops.transpose(outputs, (1, 0, 2))
 
 
 class GNMT(keras.Model):
     """call({"source": [B, S], "target_input": [B, T]}) -> logits [B, T, vocab]. Decoding: `beam_decoder`."""
 
-    def __init__(self, options: GNMTOptions = GNMTOptions(), seed: int | None = None, **kwargs):
+    def __init__(self, options: GNMTOptions = GNMTOptions(), seed: int | None = None, lstm_path: str | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.options = options
+        self.lstm_path = lstm_path or default_lstm_path()
+        if self.lstm_path not in LSTM_PATHS:
+            raise ValueError(f"lstm_path must be one of {LSTM_PATHS}, not {self.lstm_path!r}")
+        if self.lstm_path == "scan" and keras.backend.backend() != "jax":
+            raise ValueError("lstm_path='scan' runs on the JAX backend only (Keras' TensorFlow scan rejects its "
+                             "carry); TensorFlow uses Keras' LSTM")
         h, r = options.hidden, options.init_range
         self.seed_generator = keras.random.SeedGenerator(seed)
         init = keras.initializers.RandomUniform(-r, r, seed=self.seed_generator)
@@ -85,7 +149,7 @@ class GNMT(keras.Model):
         def lstm(name, go_backwards=False):
             return keras.layers.LSTM(h, return_sequences=True, go_backwards=go_backwards, kernel_initializer=init,
                                      recurrent_initializer=init, bias_initializer=init, unit_forget_bias=False,
-                                     dtype=_lstm_dtype(), name=name)
+                                     dtype=_lstm_dtype(self.lstm_path), name=name)
 
         self.embedding = keras.layers.Embedding(options.vocab_size, h, embeddings_initializer=init, name="embedding")
         # The bidirectional layer as two LSTMs: keras.layers.Bidirectional rebuilds its forward layer from its
@@ -120,27 +184,41 @@ class GNMT(keras.Model):
 
     # -- Training graph -------------------------------------------------------------------------------------------
 
+    def _run_lstm(self, layer, x, mask=None, training=False):
+        """A whole-sequence LSTM (outputs in input order, also for the backward layer) on the chosen path."""
+        if self.lstm_path == "scan":
+            return lstm_sequence(layer, x, mask, reverse=layer.go_backwards, unroll=SCAN_UNROLL)
+        y = layer(x, mask=mask, training=training)
+        return ops.flip(y, axis=1) if layer.go_backwards else y
+
     def encode(self, source, training=False):
         """source [B, S] -> (encoder outputs [B, S, hidden], mask [B, S] bool, True = a real token)."""
         mask = ops.not_equal(source, PAD_ID)
         x = self.encoder_dropouts[0](self.embedding(source), training=training)
-        backward = ops.flip(self.encoder_backward(x, mask=mask, training=training), axis=1)
-        x = ops.concatenate([self.encoder_forward(x, mask=mask, training=training), backward], axis=-1)
-        x = self.encoder_layers[0](self.encoder_dropouts[1](x, training=training), training=training)
+        backward = self._run_lstm(self.encoder_backward, x, mask, training)
+        x = ops.concatenate([self._run_lstm(self.encoder_forward, x, mask, training), backward], axis=-1)
+        x = self._run_lstm(self.encoder_layers[0], self.encoder_dropouts[1](x, training=training), None, training)
         for i, layer in enumerate(self.encoder_layers[1:], start=2):
-            x = x + layer(self.encoder_dropouts[i](x, training=training), training=training)
+            x = x + self._run_lstm(layer, self.encoder_dropouts[i](x, training=training), None, training)
         return x, mask
 
-    def decode(self, target_input, memory, mask, training=False):
+    def decode_hidden(self, target_input, memory, mask, training=False):
+        """The decoder's last LSTM output [B, T, hidden] (the classifier's input)."""
         x = self.decoder_dropouts[0](self.embedding(target_input), training=training)
-        x = self.decoder_layers[0](x, training=training)
+        x = self._run_lstm(self.decoder_layers[0], x, None, training)
+        # Layer 1's outputs over all steps are the queries: the attention, and so every later layer, is time-batched
+        # (the reference's RecurrentAttention and ResidualRecurrentDecoder.forward, seq2seq/models/decoder.py).
         context, _ = self.attention(x, self.attention.project_keys(memory), memory, mask)
-        x = self.decoder_layers[1](self.decoder_dropouts[1](ops.concatenate([x, context], -1), training=training),
-                                   training=training)
+        x = self._run_lstm(self.decoder_layers[1],
+                           self.decoder_dropouts[1](ops.concatenate([x, context], -1), training=training), None,
+                           training)
         for i, layer in enumerate(self.decoder_layers[2:], start=2):
             y = self.decoder_dropouts[i](ops.concatenate([x, context], -1), training=training)
-            x = x + layer(y, training=training)
-        return self.classifier(x)
+            x = x + self._run_lstm(layer, y, None, training)
+        return x
+
+    def decode(self, target_input, memory, mask, training=False):
+        return self.classifier(self.decode_hidden(target_input, memory, mask, training=training))
 
     def call(self, inputs, training=False):
         memory, mask = self.encode(inputs["source"], training=training)
@@ -179,4 +257,5 @@ class GNMT(keras.Model):
         return step, state
 
 
-__all__ = ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "GNMTOptions", "GNMT", "parameter_count"]
+__all__ = ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "GNMTOptions", "GNMT", "LSTM_PATHS", "default_lstm_path",
+           "lstm_sequence", "parameter_count"]

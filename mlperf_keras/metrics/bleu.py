@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from mlperf_keras.workloads.base import Evaluator
+
 NUM_STATS = 10  # hyp length, ref length, 4 n-gram match counts, 4 n-gram totals
 
 
@@ -56,4 +58,57 @@ def merged_bleu(hypotheses: Sequence[str], references: Sequence[str], dist) -> f
     return bleu_from_statistics(dist.sum_across_workers(corpus_statistics(hypotheses, references)))
 
 
-__all__ = ["NUM_STATS", "corpus_statistics", "bleu_from_statistics", "corpus_bleu", "merged_bleu"]
+class BleuEvaluator(Evaluator):
+    """Beam-search this worker's share of the test set, detokenise, and merge sacrebleu statistics exactly (the
+    Transformer's and GNMT's evaluation; they differ only in the translator settings).
+
+    sources, references: the whole test set (indices: each sentence's test-set index, default its position); this
+    worker decodes the sentences whose index % world_size == rank. Batches of batch_size sentences of similar
+    length are padded to min_boundary x boundary_scale^k tokens (few compiled shapes). translator_options go to
+    decoding.Translator (beam_size, alpha, extra_length, and GNMT's max_length, coverage_penalty, length_offset,
+    start_id)."""
+
+    def __init__(self, model, dist, sources, references, detokenize, total: int, *, batch_size: int,
+                 min_boundary: int, boundary_scale: float, eos_id: int, jit_compile: bool = True, indices=None,
+                 **translator_options):
+        from mlperf_keras.inputs import text
+
+        indices = np.arange(len(sources)) if indices is None else np.asarray(indices)
+        mine = indices % dist.world_size == dist.rank
+        self.model, self.dist, self.detokenize, self.eos_id = model, dist, detokenize, eos_id
+        self.sources = [s for s, m in zip(sources, mine) if m]
+        self.references = [r for r, m in zip(references, mine) if m]
+        self.num_samples = total
+        self.batches = text.eval_batches([len(s) for s in self.sources], batch_size, min_boundary, boundary_scale)
+        self.settings = dict(eos_id=eos_id, jit_compile=jit_compile, **translator_options)
+        self._translator = None
+        self.last_hypotheses: list[str] = []
+        self.last_seconds = 0.0
+
+    def translate(self) -> list[str]:
+        """Detokenised hypotheses of this worker's sentences, in its order."""
+        from mlperf_keras.decoding import Translator, strip_eos
+        from mlperf_keras.inputs import text
+
+        if self._translator is None:
+            self._translator = Translator(self.model, **self.settings)
+        hypotheses = [""] * len(self.sources)
+        for rows, length in self.batches:
+            batch = text.pad_eval_batch([self.sources[r] for r in rows if r >= 0], len(rows), length)
+            decoded = self._translator(batch)
+            for row, ids in zip(rows, decoded):
+                if row >= 0:
+                    hypotheses[row] = self.detokenize(strip_eos(ids, self.eos_id))
+        return hypotheses
+
+    def evaluate(self, predict):
+        import time
+
+        del predict  # BLEU needs beam search, which this evaluator compiles from the model itself
+        start = time.time()
+        self.last_hypotheses = self.translate()
+        self.last_seconds = time.time() - start
+        return merged_bleu(self.last_hypotheses, self.references, self.dist)
+
+
+__all__ = ["NUM_STATS", "corpus_statistics", "bleu_from_statistics", "corpus_bleu", "merged_bleu", "BleuEvaluator"]

@@ -23,7 +23,7 @@ import numpy as np
 
 from mlperf_keras.inputs import text
 from mlperf_keras.inputs.manifest import worker_shards
-from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+from mlperf_keras.workloads.base import TrainData, Workload
 
 # WMT17 En-De as the reference prepares it (europarl v7 + commoncrawl + news-commentary v12), for --dry_run and
 # --synthetic without a prepared dataset.
@@ -296,9 +296,12 @@ class Transformer(Workload):
         else:
             sources, indices, references, detokenize = text.load_eval_set(config.data_dir, manifest)
             total = manifest["counts"]["eval_sentences"]
-        mine = indices % dist.world_size == dist.rank
-        return BleuEvaluator(self.model, config, dist, [s for s, m in zip(sources, mine) if m],
-                             [r for r, m in zip(references, mine) if m], detokenize, total)
+        from mlperf_keras.metrics.bleu import BleuEvaluator
+
+        return BleuEvaluator(self.model, dist, sources, references, detokenize, total, indices=indices,
+                             batch_size=hp["eval_batch_size"], min_boundary=hp["min_boundary"],
+                             boundary_scale=hp["eval_boundary_scale"], eos_id=EOS_ID, jit_compile=config.jit_compile,
+                             beam_size=hp["beam_size"], alpha=hp["alpha"], extra_length=hp["extra_decode_length"])
 
     def mllog_hparams(self, config):
         hp = config.hparams
@@ -333,45 +336,3 @@ class _TextTrainData(TrainData):
 
     def batches(self, epoch):
         return self.source.batches(epoch)
-
-
-class BleuEvaluator(Evaluator):
-    """Beam-search this worker's share of the test set, detokenise, and merge sacrebleu statistics exactly."""
-
-    def __init__(self, model, config, dist, sources, references, detokenize, total):
-        hp = config.hparams
-        self.model, self.dist, self.detokenize = model, dist, detokenize
-        self.sources, self.references, self.num_samples = sources, references, total
-        self.batches = text.eval_batches([len(s) for s in sources], hp["eval_batch_size"], hp["min_boundary"],
-                                         hp["eval_boundary_scale"])
-        self.settings = dict(beam_size=hp["beam_size"], alpha=hp["alpha"],
-                             extra_length=hp["extra_decode_length"], eos_id=EOS_ID, jit_compile=config.jit_compile)
-        self._translator = None
-        self.last_hypotheses: list[str] = []
-        self.last_seconds = 0.0
-
-    def translate(self) -> list[str]:
-        """Detokenised hypotheses of this worker's sentences, in its order."""
-        from mlperf_keras.decoding import Translator, strip_eos
-
-        if self._translator is None:
-            self._translator = Translator(self.model, **self.settings)
-        hypotheses = [""] * len(self.sources)
-        for rows, length in self.batches:
-            batch = text.pad_eval_batch([self.sources[r] for r in rows if r >= 0], len(rows), length)
-            decoded = self._translator(batch)
-            for row, ids in zip(rows, decoded):
-                if row >= 0:
-                    hypotheses[row] = self.detokenize(strip_eos(ids, EOS_ID))
-        return hypotheses
-
-    def evaluate(self, predict):
-        import time
-
-        from mlperf_keras.metrics.bleu import merged_bleu
-
-        del predict  # BLEU needs beam search, which this evaluator compiles from the model itself
-        start = time.time()
-        self.last_hypotheses = self.translate()
-        self.last_seconds = time.time() - start
-        return merged_bleu(self.last_hypotheses, self.references, self.dist)
