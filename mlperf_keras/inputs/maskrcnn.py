@@ -253,10 +253,11 @@ def check_epoch_fits(groups: tuple[int, int], batch_size: int, num_batches: int,
 def train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                   shuffle_buffer: int = 1024, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, max_gt: int = 100,
                   resolution: int = MASK_RESOLUTION, groups: tuple[int, int] | None = None, cycle_length: int = 10,
-                  threads: int | None = None) -> tf.data.Dataset:
+                  threads: int | None = None, keep_image_id: bool = False) -> tf.data.Dataset:
     """Exactly num_batches (inputs, dummy labels) batches of one worker for one epoch; inputs as train_example's
     dict without "group", batched; every trainable image of `paths` at least once (see the module docstring).
-    groups: count_groups(paths), checked to fit (None skips the check: a benchmark timing part of an epoch)."""
+    groups: count_groups(paths), checked to fit (None skips the check: a benchmark timing part of an epoch).
+    keep_image_id: the inputs also carry "image_id" (int64 [B]), for checks of the epoch's order."""
     if groups is not None:
         check_epoch_fits(groups, batch_size, num_batches, paths)
     e_seed = image.epoch_seed(seed, epoch)
@@ -268,8 +269,9 @@ def train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_s
 
     def preprocess(index, example):
         flip = tf.random.stateless_uniform([], tf.stack([tf.constant(e_seed, tf.int64), stream + index])) < 0.5
-        return train_example(example, flip, min_size=min_size, max_size=max_size, max_gt=max_gt,
-                             resolution=resolution)
+        out = train_example(example, flip, min_size=min_size, max_size=max_size, max_gt=max_gt,
+                            resolution=resolution)
+        return {**out, "image_id": example["image_id"]} if keep_image_id else out
 
     dataset = dataset.enumerate().map(preprocess, num_parallel_calls=records.AUTOTUNE, deterministic=True)
     dataset = _grouped_batches(dataset, batch_size).repeat().take(num_batches)

@@ -76,14 +76,15 @@ def _kaiming_normal_fan_out():
 
 
 def backbone_model(image_shape=(None, None, 3), block_sizes=(3, 4, 6, 3), width: int = 64,
-                   channels: int = FPN_CHANNELS, name: str = "maskrcnn_backbone") -> keras.Model:
+                   channels: int = FPN_CHANNELS, options: resnet.BlockOptions = BACKBONE_OPTIONS,
+                   frozen_stages: int = FROZEN_STAGES, name: str = "maskrcnn_backbone") -> keras.Model:
     """Images (N, H, W, 3), RGB 0-255, H and W multiples of 32 -> [P2, ..., P6] (each N x H/s x W/s x 256),
     then the RPN head's outputs per level: objectness logits (N, H_l x W_l x 3) and deltas (N, H_l x W_l x 3, 4),
     cell-major like inputs/anchors.fpn_anchors, all float32."""
     images = keras.Input(image_shape, name="images")
     x = CaffeInput(name="caffe_input")(images)
-    stages = resnet.backbone(x, block_sizes, bottleneck=True, width=width, options=BACKBONE_OPTIONS,
-                             pool_padding="symmetric", frozen_stages=FROZEN_STAGES)
+    stages = resnet.backbone(x, block_sizes, bottleneck=True, width=width, options=options,
+                             pool_padding="symmetric", frozen_stages=frozen_stages)
     pyramid = fpn(stages, channels)
     conv = layers.Conv2D(channels, 3, padding="same", activation="relu", kernel_initializer=_normal(0.01),
                          name="rpn_conv")
@@ -168,6 +169,10 @@ class Spec:
     fpn_channels: int = FPN_CHANNELS
     representation_size: int = REPRESENTATION_SIZE   # box head fc6/fc7
     mask_conv_layers: tuple = MASK_CONV_LAYERS
+    # False: batch norms that train (batch statistics), for a demo from random weights, whose unnormalised
+    # activations the fixed affines (identity at initialisation) leave hundreds of times too large
+    frozen_batch_norm: bool = True
+    frozen_stages: int = FROZEN_STAGES
     pre_nms_train: int = 2000            # per level
     pre_nms_test: int = 1000
     proposals_per_image: int = 1000      # num_image_candidates, train and test
@@ -198,9 +203,10 @@ class Spec:
 TINY_SPEC = Spec(num_classes=3, block_sizes=(1, 1, 1, 1), width=8, pre_nms_train=64, pre_nms_test=64,
                  proposals_per_image=32, roi_batch=16, max_gt=4, detections_per_image=10)
 # The demo's model (workloads/maskrcnn.py demo_hparams): TINY_SPEC's backbone with 32-channel FPN and heads, which
-# a shared 2-core CPU trains at about a second per step of 4 small images (256 channels: 8 s).
+# a shared 2-core CPU trains at about a second per step of 4 small images (256 channels: 8 s), and trained batch
+# norms everywhere (from random weights the frozen affines let the classifier loss diverge at 0.005 x 4 / 16).
 DEMO_SPEC = dataclasses.replace(TINY_SPEC, fpn_channels=32, representation_size=128, mask_conv_layers=(32,) * 4,
-                                max_gt=8, proposals_per_image=64, roi_batch=32, detections_per_image=20)
+                                frozen_batch_norm=False, frozen_stages=0, max_gt=8, proposals_per_image=64, roi_batch=32, detections_per_image=20)
 
 
 def pairwise_iou(a, b):
@@ -435,7 +441,9 @@ class MaskRCNN(keras.Model):
     def __init__(self, spec: Spec = Spec(), seed=None, **kwargs):
         super().__init__(**kwargs)
         self.spec = spec
-        self.backbone = backbone_model(block_sizes=spec.block_sizes, width=spec.width, channels=spec.fpn_channels)
+        options = dataclasses.replace(BACKBONE_OPTIONS, frozen_batch_norm=spec.frozen_batch_norm)
+        self.backbone = backbone_model(block_sizes=spec.block_sizes, width=spec.width, channels=spec.fpn_channels,
+                                       options=options, frozen_stages=spec.frozen_stages)
         self.box_head = box_head_model(spec.num_classes, spec.fpn_channels, spec.representation_size)
         self.mask_head = mask_head_model(spec.num_classes, spec.fpn_channels, spec.mask_conv_layers)
         self.seed_generator = keras.random.SeedGenerator(seed)
