@@ -11,12 +11,10 @@ import shutil
 import numpy as np
 import pytest
 import yaml
-from mlperf_logging.compliance_checker import mlp_compliance
-
 from data_prep import coco, demo_coco
-from mlperf_keras import distribute, loop
+from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
-from tests.conftest import run_cli, train_values
+from tests.conftest import checker_messages, mllog_events, resolve_run, run_cli
 
 # A small model and image size for CPU runs (hparams of the workload; the demo's model, smaller images).
 SMALL = ("block_sizes=1-1-1-1,width=8,fpn_channels=16,representation_size=64,mask_conv_layers=16-16,"
@@ -34,24 +32,7 @@ def prepared(tmp_path_factory):
 
 
 def resolve(**flags):
-    from mlperf_keras import train as train_cli
-
-    values = train_values(model="maskrcnn", seed=flags.pop("seed", 3), **flags)
-    dist = distribute.create("tensorflow")
-    workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
-    return workload, manifest, config, dist
-
-
-def read_events(path):
-    return [json.loads(line[len(":::MLLOG "):]) for line in open(path) if line.startswith(":::MLLOG ")]
-
-
-def checker_messages(log_path):
-    """The official checker, training ruleset 3.1.0 (the newest that knows maskrcnn): (valid, messages)."""
-    checker = mlp_compliance.make_checker("training", "3.1.0", quiet=True, werror=False)
-    valid, _, _, _ = mlp_compliance.main(log_path, "training_3.1.0/common.yaml", checker)
-    return valid, [str(m) for m in [*checker.warnings.values(), *checker.overwritable.values(),
-                                    *checker.not_overwritable]]
+    return resolve_run("maskrcnn", **flags)
 
 
 def reference_lr(base, iteration, milestones, warmup_iters=500, warmup_factor=1 / 3, gamma=0.1):
@@ -183,12 +164,12 @@ def test_short_run_passes_every_checker_rule_but_the_target(prepared, tmp_path):
     result = loop.run(config, workload, dist, manifest)
     assert result.status == "aborted" and result.epochs == 1
     assert 0 <= result.quality["bbox"] <= 1 and 0 <= result.quality["segm"] <= 1
-    events = read_events(result.log_path)
+    events = mllog_events(result.log_path)
     values = {e["key"]: e["value"] for e in events}
     assert values["train_samples"] == manifest["counts"]["train_images_annotated"]
     assert values["eval_samples"] == manifest["counts"]["val_images"]
     assert set(values["eval_accuracy"]) == {"BBOX", "SEGM"}
-    valid, messages = checker_messages(result.log_path)
+    valid, messages = checker_messages(result.log_path, "3.1.0")
     assert not valid and len(messages) == 1, messages
     assert "eval_accuracy" in messages[0], messages
 
@@ -216,7 +197,7 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
         hparams=SMALL.replace("min_size=64,max_size=96", "min_size=96,max_size=128")
         + ",learning_rate=0.08,warmup_steps=10,decay_steps=400-480")
     result = loop.run(config, workload, dist, manifest)
-    events = read_events(result.log_path)
+    events = mllog_events(result.log_path)
     aps = [e["value"] for e in events if e["key"] == "eval_accuracy"]
     assert len(aps) >= 10
     for part in ("BBOX", "SEGM"):

@@ -129,7 +129,7 @@ def test_mask_targets_and_loss_by_hand():
     masks[0, 0] = 1                                 # a 20x20 square filling its box 10..29
     masks[0, 1, :, :32] = 1                         # the left half of a 40x40 box
     gt_boxes = np.array([[[10, 10, 29, 29], [0, 0, 39, 39]]], np.float32)
-    rois = np.array([[[10, 10, 29, 29], [0, 0, 40, 40], [0, 0, 40, 40]]], np.float32)
+    rois = np.array([[[10, 10, 29, 29], [0, 0, 40, 40], [0, 0, 39, 39]]], np.float32)
     instance = np.array([[0, 0, 1]], np.int32)
     t = np_(maskrcnn.mask_targets(masks, gt_boxes, rois, instance, size=28))
     assert t[0, 0].all()                           # the ROI is the square: all ones

@@ -24,7 +24,8 @@ Differences, on purpose:
   the reference's SIZE_DIVISIBILITY 32; the reference pads each batch to its largest image). The padding is
   Detectron's mean pixel rounded to uint8, (123, 116, 103) RGB, which the model's normalisation turns into values
   within 0.5 of the reference's zero padding. Ground truth is padded to max_gt objects (class 0 = none); an image
-  with more non-crowd objects than max_gt stops the run (COCO 2017's most is 93 below the default 100).
+  with more non-crowd objects than max_gt (default 100) stops the run with a message naming the hparam rather than
+  dropping objects (COCO's maximum per image was not counted here).
 - Masks travel box-local: each object's polygons are rasterised (pycocotools frPyObjects + merge + decode, as the
   reference's Polygons.convert) at mask_resolution x mask_resolution (64) over its own ground-truth box, and
   layers.maskrcnn.mask_targets resamples them onto each positive proposal's 28x28 grid (2x2 bilinear samples per
@@ -196,7 +197,8 @@ def train_example(example, flip, *, min_size: int = MIN_SIZE, max_size: int = MA
             "image_sizes": tf.stack([new_h, new_w]),
             "gt_boxes": tf.ensure_shape(tf.pad(scaled, [[0, missing], [0, 0]]), [max_gt, 4]),
             "gt_classes": tf.ensure_shape(tf.pad(labels, [[0, missing]]), [max_gt]),
-            "gt_masks": tf.ensure_shape(tf.pad(masks, [[0, missing], [0, 0], [0, 0]]), [max_gt, resolution, resolution]),
+            "gt_masks": tf.ensure_shape(tf.pad(masks, [[0, missing], [0, 0], [0, 0]]),
+                                        [max_gt, resolution, resolution]),
             "group": group}
 
 

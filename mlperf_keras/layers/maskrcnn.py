@@ -206,7 +206,8 @@ TINY_SPEC = Spec(num_classes=3, block_sizes=(1, 1, 1, 1), width=8, pre_nms_train
 # a shared 2-core CPU trains at about a second per step of 4 small images (256 channels: 8 s), and trained batch
 # norms everywhere (from random weights the frozen affines let the classifier loss diverge at 0.005 x 4 / 16).
 DEMO_SPEC = dataclasses.replace(TINY_SPEC, fpn_channels=32, representation_size=128, mask_conv_layers=(32,) * 4,
-                                frozen_batch_norm=False, frozen_stages=0, max_gt=8, proposals_per_image=64, roi_batch=32, detections_per_image=20)
+                                frozen_batch_norm=False, frozen_stages=0, max_gt=8, proposals_per_image=64,
+                                roi_batch=32, detections_per_image=20)
 
 
 def pairwise_iou(a, b):
@@ -450,7 +451,7 @@ class MaskRCNN(keras.Model):
 
     def _heads(self, head, pyramid, rois, pool):
         batch, n = ops.shape(rois)[0], rois.shape[1]
-        features = multilevel_roi_align(pyramid[:4], rois, pool, 2)
+        features = multilevel_roi_align(pyramid[:4], finite_boxes(rois), pool, 2)
         out = head(ops.reshape(features, (-1, pool, pool, self.spec.fpn_channels)))
         if isinstance(out, (list, tuple)):
             return [ops.reshape(o, (batch, n, *o.shape[1:])) for o in out]
@@ -484,7 +485,7 @@ class MaskRCNN(keras.Model):
             "class_logits": class_logits, "box_deltas": box_deltas, "labels": labels, "roi_valid": valid,
             "box_targets": box_targets,
             "mask_logits": mask_logits, "mask_labels": labels[:, :positives],
-            "mask_targets": ops.stop_gradient(mask_targets(inputs["gt_masks"], gt_boxes, mask_rois,
+            "mask_targets": ops.stop_gradient(mask_targets(inputs["gt_masks"], gt_boxes, finite_boxes(mask_rois),
                                                             matched[:, :positives])),
             "mask_valid": ops.logical_and(labels[:, :positives] > 0, valid[:, :positives]),
         }
@@ -498,6 +499,12 @@ class MaskRCNN(keras.Model):
         mask_logits = self._heads(self.mask_head, pyramid, boxes, MASK_POOL)
         own = ops.take_along_axis(mask_logits, labels[:, :, None, None, None], axis=-1)[..., 0]
         return {"boxes": boxes, "scores": scores, "labels": labels, "valid": valid, "masks": ops.sigmoid(own)}
+
+
+def finite_boxes(boxes):
+    """Boxes with non-finite coordinates (a diverged model's) set to 0: a NaN cast to an index is out of range, which
+    TensorFlow's CPU gather raises on; with zeros the step runs on and its non-finite loss ends the run as diverged."""
+    return ops.where(ops.isfinite(boxes), boxes, 0.0)
 
 
 def detections(proposals, proposal_valid, class_logits, box_deltas, image_sizes, spec: Spec):

@@ -530,6 +530,7 @@ class CocoInstanceMetric:
         return {"bbox": float(shared[0]), "segm": float(shared[size])}
 
 
-__all__ = ["BACKENDS", "BACKEND_ENV", "CocoDetectionMetric", "CocoInstanceMetric", "STAT_NAMES", "coco_backend", "detection_rows",
+__all__ = ["BACKENDS", "BACKEND_ENV", "CocoDetectionMetric", "CocoInstanceMetric", "STAT_NAMES", "coco_backend",
+           "detection_rows", "score_gathered",
            "encode_mask", "evaluate_detections", "evaluate_instances", "label_to_category_table", "load_ground_truth",
            "nms", "paste_mask", "postprocess"]

@@ -85,10 +85,13 @@ class MaskRCNN(Workload):
     train_flops_per_sample = 1.5e12   # estimate at 800x1333 (MLPERF.md: 1.2-1.7 TFLOP per training image)
     uses_backbone_weights = True
     demo_target = {"bbox": 0.3, "segm": 0.3}
+    # The model of layers.maskrcnn.DEMO_SPEC (a 1-1-1-1 ResNet of width 8, 32-channel FPN and heads, batch norms
+    # that train), 160-pixel images, the reference's LR per 16 images.
     demo_hparams = {"block_sizes": (1, 1, 1, 1), "width": 8, "fpn_channels": 32, "representation_size": 128,
-                    "mask_conv_layers": (32, 32, 32, 32), "frozen_batch_norm": False, "frozen_stages": 0, "pre_nms_train": 64, "pre_nms_test": 64,
+                    "mask_conv_layers": (32, 32, 32, 32), "frozen_batch_norm": False, "frozen_stages": 0,
+                    "pre_nms_train": 64, "pre_nms_test": 64,
                     "proposals_per_image": 64, "roi_batch": 32, "max_gt": 8, "detections_per_image": 20,
-                    "min_size": 160, "max_size": 256, "batch_size": 4, "learning_rate": 0.08,
+                    "min_size": 160, "max_size": 256, "batch_size": 4, "learning_rate": BASE_LEARNING_RATE,
                     "warmup_steps": 50, "decay_steps": (128, 150), "max_iterations": 160, "shuffle_buffer": 256}
     # TensorFlow's XLA did not finish compiling even the tiny detector within 10 minutes on a 2-core CPU
     # (tests/test_maskrcnn_losses.py); the demo runs its steps as plain tf.functions.
