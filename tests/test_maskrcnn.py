@@ -195,7 +195,7 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
         data_dir=prepared_same_val, output_dir=str(tmp_path), ruleset="0.7", max_epochs=40, batch_size=4,
         jit_compile=False, backbone_weights="none",
         hparams=SMALL.replace("min_size=64,max_size=96", "min_size=96,max_size=128")
-        + ",learning_rate=0.08,warmup_steps=10,decay_steps=400-480")
+        + ",warmup_steps=10,decay_steps=400-480")
     result = loop.run(config, workload, dist, manifest)
     events = mllog_events(result.log_path)
     aps = [e["value"] for e in events if e["key"] == "eval_accuracy"]

@@ -202,12 +202,6 @@ class Spec:
 # sampled anchors: on a 64x96 image that is most visible anchors, so every level's head is trained.
 TINY_SPEC = Spec(num_classes=3, block_sizes=(1, 1, 1, 1), width=8, pre_nms_train=64, pre_nms_test=64,
                  proposals_per_image=32, roi_batch=16, max_gt=4, detections_per_image=10)
-# The demo's model (workloads/maskrcnn.py demo_hparams): TINY_SPEC's backbone with 32-channel FPN and heads, which
-# a shared 2-core CPU trains at about a second per step of 4 small images (256 channels: 8 s), and trained batch
-# norms everywhere (from random weights the frozen affines let the classifier loss diverge at 0.005 x 4 / 16).
-DEMO_SPEC = dataclasses.replace(TINY_SPEC, fpn_channels=32, representation_size=128, mask_conv_layers=(32,) * 4,
-                                frozen_batch_norm=False, frozen_stages=0, max_gt=8, proposals_per_image=64,
-                                roi_batch=32, detections_per_image=20)
 
 
 def pairwise_iou(a, b):
