@@ -172,7 +172,9 @@ def test_instance_metric_gathers_rows_and_rles_from_every_worker(tmp_path):
     all_rles = [m for i in ids for m in per_image.get(i, ([], []))[1]]
     union = coco.evaluate_instances(path, np.array(all_rows), all_rles)
     np.testing.assert_allclose(chief.stats["segm"], union["segm"])
-    with pytest.raises(Exception, match="validation images"):   # a worker's images missing: refused
+    from mlperf_keras.inputs.manifest import DataError
+
+    with pytest.raises(DataError, match="validation images"):   # a worker's images missing: refused
         short = coco.CocoInstanceMetric(path, _Recording(), expected_images=len(ids))
         short.add_image(ids[0], *per_image.get(ids[0], ([], [])))
         short.result()

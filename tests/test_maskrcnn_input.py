@@ -13,7 +13,7 @@ import pytest
 from data_prep import coco, demo_coco
 from mlperf_keras.inputs import maskrcnn as pipeline
 from mlperf_keras.inputs import records
-from mlperf_keras.inputs.manifest import read_manifest
+from mlperf_keras.inputs.manifest import DataError, read_manifest
 
 MIN, MAX = 64, 112      # a short side of 64, long sides up to 112: padded to (64, 128) / (128, 64)
 
@@ -167,7 +167,7 @@ def test_train_epoch_groups_orientations_with_static_shapes_and_every_image_once
     ids = [ex["image_id"] for ex in _examples(paths)[0]]
     assert set(seen) == {int(v) for v in ids}
     assert len(seen) - len(set(seen)) == needed * batch - sum(groups)
-    with pytest.raises(Exception, match="more than its"):
+    with pytest.raises(DataError, match="more than its"):
         pipeline.train_dataset(paths, seed=5, epoch=0, rank=0, batch_size=batch, num_batches=needed - 1,
                                min_size=MIN, max_size=MAX, max_gt=6, groups=groups)
 
