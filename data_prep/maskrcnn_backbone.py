@@ -16,7 +16,6 @@ Stage k of our names is Caffe2's res{k + 1}.
 """
 from __future__ import annotations
 
-import os
 import pickle
 import re
 import sys

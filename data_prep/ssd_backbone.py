@@ -15,7 +15,6 @@ torch's layout and naming, so it is testable (and usable) without torch.
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time

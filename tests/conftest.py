@@ -55,6 +55,25 @@ def train_values(**overrides):
     return types.SimpleNamespace(**values)
 
 
+def prepare_coco_same_val(root, num_train: int, shards: int, **write_raw_args) -> str:
+    """Generated COCO-format training images whose val2017 is the same images (an eval that measures train-set AP),
+    prepared by data_prep.coco under root; returns the prepared folder."""
+    import shutil
+
+    from data_prep import coco, demo_coco
+
+    raw = os.path.join(str(root), "raw")
+    demo_coco.write_raw(raw, num_train=num_train, num_val=2, **write_raw_args)
+    shutil.rmtree(os.path.join(raw, "val2017"))
+    shutil.copytree(os.path.join(raw, "train2017"), os.path.join(raw, "val2017"))
+    annotations = os.path.join(raw, "annotations")
+    shutil.copy(os.path.join(annotations, "instances_train2017.json"),
+                os.path.join(annotations, "instances_val2017.json"))
+    out = os.path.join(str(root), "out")
+    coco.prepare(raw, out, train_shards=shards, val_shards=shards, num_workers=0, log=lambda _: None)
+    return out
+
+
 def mllog_events(path):
     """The MLLOG events of a log file, as dicts (key, value, metadata...)."""
     return [json.loads(line[len(":::MLLOG "):]) for line in open(path) if line.startswith(":::MLLOG ")]

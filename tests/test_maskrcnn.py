@@ -6,7 +6,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ import yaml
 from data_prep import coco, demo_coco
 from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
-from tests.conftest import checker_messages, mllog_events, resolve_run, run_cli
+from tests.conftest import checker_messages, mllog_events, prepare_coco_same_val, resolve_run, run_cli
 
 # A small model and image size for CPU runs (hparams of the workload; the demo's model, smaller images).
 SMALL = ("block_sizes=1-1-1-1,width=8,fpn_channels=16,representation_size=64,mask_conv_layers=16-16,"
@@ -177,14 +176,8 @@ def test_short_run_passes_every_checker_rule_but_the_target(prepared, tmp_path):
 @pytest.fixture(scope="module")
 def prepared_same_val(tmp_path_factory):
     """6 generated training images, and a val2017 that is the same images: the eval measures train-set AP."""
-    root = tmp_path_factory.mktemp("maskrcnn_overfit")
-    raw = root / "raw"
-    demo_coco.write_raw(str(raw), num_train=6, num_val=2, size=(128, 96), seed=12)
-    shutil.rmtree(raw / "val2017")
-    shutil.copytree(raw / "train2017", raw / "val2017")
-    shutil.copy(raw / "annotations" / "instances_train2017.json", raw / "annotations" / "instances_val2017.json")
-    coco.prepare(str(raw), str(root / "out"), train_shards=1, val_shards=1, num_workers=0, log=lambda _: None)
-    return str(root / "out")
+    return prepare_coco_same_val(tmp_path_factory.mktemp("maskrcnn_overfit"), num_train=6, shards=1, size=(128, 96),
+                                 seed=12)
 
 
 @pytest.mark.slow

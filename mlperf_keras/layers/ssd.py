@@ -40,7 +40,6 @@ from __future__ import annotations
 import math
 
 import keras
-import numpy as np
 from keras import layers, ops
 
 from mlperf_keras.config import ConfigError
