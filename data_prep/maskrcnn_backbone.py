@@ -16,7 +16,6 @@ Stage k of our names is Caffe2's res{k + 1}.
 """
 from __future__ import annotations
 
-import os
 import pickle
 import re
 import sys
@@ -27,6 +26,7 @@ import numpy as np
 from absl import app, flags
 
 from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.layers import backbone_weights
 
 RESNET50_BLOCKS = (3, 4, 6, 3)   # res2..res5
 _BRANCH = {"branch2a": "1", "branch2b": "2", "branch2c": "3", "branch1": "proj"}
@@ -110,14 +110,10 @@ def read_pickle(path: str) -> dict:
 def convert_file(pickle_path: str, output: str) -> int:
     """The .pkl -> the .npz (written to a temporary name, then renamed); returns the number of arrays written."""
     arrays = convert(read_pickle(pickle_path), source=pickle_path)
-    tmp = f"{output}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, output)
+        return backbone_weights.write_npz(output, arrays)
     except OSError as e:
         raise DataError(f"{output}: cannot write ({e})") from None
-    return len(arrays)
 
 
 FLAGS = flags.FLAGS

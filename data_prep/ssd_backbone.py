@@ -15,7 +15,6 @@ torch's layout and naming, so it is testable (and usable) without torch.
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -25,6 +24,7 @@ import numpy as np
 from absl import app, flags
 
 from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.layers import backbone_weights
 
 RESNET34_BACKBONE_BLOCKS = (3, 4, 6)   # torchvision resnet34's layer1..layer3
 BN_VARIABLES = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean", "running_var": "moving_variance"}
@@ -130,14 +130,10 @@ def read_torch_state_dict(path: str) -> dict[str, np.ndarray]:
 def convert_file(checkpoint: str, output: str) -> int:
     """The .pth -> the .npz (written to a temporary name, then renamed); returns the number of tensors written."""
     arrays = convert(read_torch_state_dict(checkpoint), source=checkpoint)
-    tmp = f"{output}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, output)
+        return backbone_weights.write_npz(output, arrays)
     except OSError as e:
         raise DataError(f"{output}: cannot write ({e})") from None
-    return len(arrays)
 
 
 FLAGS = flags.FLAGS

@@ -12,7 +12,7 @@ _WORKLOADS = {
     "ssd": ("mlperf_keras.workloads.ssd", "SSD"),
     "transformer": ("mlperf_keras.workloads.transformer", "Transformer"),
     "gnmt": ("mlperf_keras.workloads.gnmt", "GNMT"),
-    "maskrcnn": None,     # reuses data_prep.coco and metrics.coco
+    "maskrcnn": ("mlperf_keras.workloads.maskrcnn", "MaskRCNN"),
 }
 assert set(_WORKLOADS) == set(MODEL_NAMES)
 

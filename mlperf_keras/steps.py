@@ -162,9 +162,12 @@ def compile_function(function):
 
 
 def _to_numpy(outputs):
-    """float32 NumPy model outputs: one array, or a tuple of arrays for models with several outputs (SSD)."""
+    """float32 NumPy model outputs: one array, or a tuple of arrays for models with several outputs (SSD), or a dict
+    of NumPy arrays of their own dtypes."""
     if isinstance(outputs, (tuple, list)):
         return tuple(np.asarray(o, dtype=np.float32) for o in outputs)
+    if isinstance(outputs, dict):   # named outputs (Mask R-CNN's detections) keep their dtypes: labels, flags
+        return {k: np.asarray(v) for k, v in outputs.items()}
     return np.asarray(outputs, dtype=np.float32)
 
 

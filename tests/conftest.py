@@ -55,6 +55,52 @@ def train_values(**overrides):
     return types.SimpleNamespace(**values)
 
 
+def prepare_coco_same_val(root, num_train: int, shards: int, **write_raw_args) -> str:
+    """Generated COCO-format training images whose val2017 is the same images (an eval that measures train-set AP),
+    prepared by data_prep.coco under root; returns the prepared folder."""
+    import shutil
+
+    from data_prep import coco, demo_coco
+
+    raw = os.path.join(str(root), "raw")
+    demo_coco.write_raw(raw, num_train=num_train, num_val=2, **write_raw_args)
+    shutil.rmtree(os.path.join(raw, "val2017"))
+    shutil.copytree(os.path.join(raw, "train2017"), os.path.join(raw, "val2017"))
+    annotations = os.path.join(raw, "annotations")
+    shutil.copy(os.path.join(annotations, "instances_train2017.json"),
+                os.path.join(annotations, "instances_val2017.json"))
+    out = os.path.join(str(root), "out")
+    coco.prepare(raw, out, train_shards=shards, val_shards=shards, num_workers=0, log=lambda _: None)
+    return out
+
+
+def mllog_events(path):
+    """The MLLOG events of a log file, as dicts (key, value, metadata...)."""
+    return [json.loads(line[len(":::MLLOG "):]) for line in open(path) if line.startswith(":::MLLOG ")]
+
+
+def checker_messages(log_path, ruleset: str):
+    """The official mlperf-logging checker on a log at a training ruleset: (valid, every message it gave)."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    checker = mlp_compliance.make_checker("training", ruleset, quiet=True, werror=False)
+    valid, _, _, _ = mlp_compliance.main(log_path, f"training_{ruleset}/common.yaml", checker)
+    return valid, [str(m) for m in [*checker.warnings.values(), *checker.overwritable.values(),
+                                    *checker.not_overwritable]]
+
+
+def resolve_run(model: str, **flags):
+    """(workload, manifest, config, dist) from command-line-like flags on the TensorFlow backend (seed 3 unless
+    given), through mlperf_keras.train.resolve."""
+    from mlperf_keras import distribute
+    from mlperf_keras import train as train_cli
+
+    values = train_values(model=model, seed=flags.pop("seed", 3), **flags)
+    dist = distribute.create("tensorflow")
+    workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
+    return workload, manifest, config, dist
+
+
 _JAX_ENTRY_POINT = """
 import json, sys
 sys.argv = [%(module)r, *%(argv)r]

@@ -116,3 +116,65 @@ def test_ground_truth_scores_box_and_mask_ap_1(tmp_path, backend):
     rles[0] = coco.encode_mask(np.zeros((50, 60), np.uint8))
     worse = coco.evaluate_instances(path, np.array(rows), rles, backend=backend)
     assert worse["bbox"][0] == pytest.approx(1.0) and worse["segm"][0] < 0.9
+
+
+class _Recording:
+    """One worker of two as CocoInstanceMetric sees it: what it contributes to each gather, recorded."""
+    is_chief, world_size = True, 1
+
+    def __init__(self):
+        self.sent = []
+
+    def gather_rows(self, array):
+        self.sent.append(np.asarray(array))
+        return np.asarray(array)
+
+    def sum_across_workers(self, values):
+        return np.asarray(values, np.float64)
+
+
+class _ChiefOfTwo(_Recording):
+    """The chief of two workers: each gather appends the other worker's recorded contribution (rank order)."""
+
+    def __init__(self, other_sent):
+        super().__init__()
+        self.other = iter(other_sent)
+
+    def gather_rows(self, array):
+        return np.concatenate([np.asarray(array), next(self.other)])
+
+
+def test_instance_metric_gathers_rows_and_rles_from_every_worker(tmp_path):
+    """Two workers' detections and RLE masks (sent as bytes) are merged and scored once: ground truth split over two
+    workers scores box and mask AP 1.0, and the same as evaluate_instances on the union."""
+    path, anns, images = _annotations(tmp_path)
+    size = {im["id"]: (im["height"], im["width"]) for im in images}
+    per_image = {}
+    for a in anns:
+        h, w = size[a["image_id"]]
+        mask = mask_util.decode(mask_util.merge(mask_util.frPyObjects(a["segmentation"], h, w)))
+        rows, rles = per_image.setdefault(a["image_id"], ([], []))
+        rows.append([a["image_id"], *a["bbox"], 0.9, a["category_id"]])
+        rles.append(coco.encode_mask(mask))
+    ids = sorted(size)
+    share = {0: ids[: len(ids) // 2], 1: ids[len(ids) // 2:]}
+    worker = _Recording()
+    second = coco.CocoInstanceMetric(path, worker, expected_images=len(share[1]))
+    for image_id in share[1]:
+        second.add_image(image_id, *per_image.get(image_id, ([], [])))
+    second.result()
+    chief = coco.CocoInstanceMetric(path, _ChiefOfTwo(worker.sent), expected_images=len(ids))
+    for image_id in share[0]:
+        chief.add_image(image_id, *per_image.get(image_id, ([], [])))
+    result = chief.result()
+    assert result == {"bbox": pytest.approx(1.0), "segm": pytest.approx(1.0)}
+    all_rows = [r for i in ids for r in per_image.get(i, ([], []))[0]]
+    all_rles = [m for i in ids for m in per_image.get(i, ([], []))[1]]
+    union = coco.evaluate_instances(path, np.array(all_rows), all_rles)
+    np.testing.assert_allclose(chief.stats["segm"], union["segm"])
+    from mlperf_keras.inputs.manifest import DataError
+
+    with pytest.raises(DataError, match="validation images"):   # a worker's images missing: refused
+        short = coco.CocoInstanceMetric(path, _Recording(), expected_images=len(ids))
+        short.add_image(ids[0], *per_image.get(ids[0], ([], [])))
+        short.result()

@@ -124,14 +124,17 @@ def test_box_losses_by_hand_class_specific():
 
 
 def test_mask_targets_and_loss_by_hand():
-    masks = np.zeros((1, 2, 40, 40), np.uint8)
-    masks[0, 0, 10:30, 10:30] = 1                   # a 20x20 square (inclusive box 10..29)
-    masks[0, 1, :, :20] = 1                         # the left half
-    rois = np.array([[[10, 10, 29, 29], [0, 0, 40, 40], [0, 0, 40, 40]]], np.float32)
+    """Box-local masks (each over its own box) resampled onto ROIs."""
+    masks = np.zeros((1, 2, 64, 64), np.uint8)
+    masks[0, 0] = 1                                 # a 20x20 square filling its box 10..29
+    masks[0, 1, :, :32] = 1                         # the left half of a 40x40 box
+    gt_boxes = np.array([[[10, 10, 29, 29], [0, 0, 39, 39]]], np.float32)
+    rois = np.array([[[10, 10, 29, 29], [0, 0, 40, 40], [0, 0, 39, 39]]], np.float32)
     instance = np.array([[0, 0, 1]], np.int32)
-    t = np_(maskrcnn.mask_targets(masks, rois, instance, size=28))
+    t = np_(maskrcnn.mask_targets(masks, gt_boxes, rois, instance, size=28))
     assert t[0, 0].all()                           # the ROI is the square: all ones
-    assert t[0, 1].sum() == pytest.approx(14 * 14, abs=28)   # the square is the middle half of the image
+    assert t[0, 1].sum() == pytest.approx(14 * 14, abs=28)   # the square is the middle half of the ROI
+    assert not t[0, 1][:5].any() and not t[0, 1][:, -5:].any()   # zeros outside the square's box
     np.testing.assert_array_equal(t[0, 2][:, :14], 1)
     np.testing.assert_array_equal(t[0, 2][:, 14:], 0)
     logits = np.random.default_rng(2).normal(size=(1, 3, 28, 28, 3)).astype(np.float32)
@@ -163,12 +166,12 @@ def test_rpn_targets_encode_the_matched_box():
 def tiny_batch():
     """Two 64x96 images with three boxes and their masks (image 1 resized to 48x64 before padding)."""
     b, h, w, g = 2, 64, 96, maskrcnn.TINY_SPEC.max_gt
-    masks = np.zeros((b, g, h, w), np.uint8)
+    masks = np.zeros((b, g, 64, 64), np.uint8)   # box-local: the rectangles fill their boxes
     boxes = np.zeros((b, g, 4), np.float32)
     classes = np.zeros((b, g), np.int32)
     for i, j, box, cls in ((0, 0, (10, 12, 40, 50), 1), (0, 1, (50, 5, 90, 30), 2), (1, 0, (0, 0, 63, 47), 2)):
         boxes[i, j] = box
-        masks[i, j, box[1]:box[3] + 1, box[0]:box[2] + 1] = 1
+        masks[i, j] = 1
         classes[i, j] = cls
     images = np.random.default_rng(0).integers(0, 255, (b, h, w, 3)).astype(np.uint8)
     return {"images": images, "image_sizes": np.array([[64, 96], [48, 64]], np.int32), "gt_boxes": boxes,

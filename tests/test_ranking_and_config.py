@@ -40,9 +40,10 @@ def test_parse_hparams_types_and_errors():
         parse_hparams("lr", defaults)
 
 
-def test_registry_names_unbuilt_workloads_clearly():
-    assert registry.get("ncf").name == "ncf"
-    with pytest.raises(ConfigError, match="--model=maskrcnn is not built yet"):
-        registry.get("maskrcnn")
+def test_registry_builds_all_six_and_names_unknown_models_clearly():
+    from mlperf_keras.config import MODEL_NAMES
+
+    assert registry.available() == sorted(MODEL_NAMES)
+    assert registry.get("ncf").name == "ncf" and registry.get("maskrcnn").name == "maskrcnn"
     with pytest.raises(ConfigError, match="unknown --model='bert'"):
         registry.get("bert")

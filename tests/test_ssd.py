@@ -209,16 +209,9 @@ TINY = "width=8,shuffle_buffer=16,warmup_epochs=1,learning_rate=0.05"
 @pytest.fixture(scope="module")
 def prepared_same_val(tmp_path_factory):
     """8 generated training images, and a val2017 that is the same images: the eval measures train-set mAP."""
-    import shutil
+    from tests.conftest import prepare_coco_same_val
 
-    root = tmp_path_factory.mktemp("coco_overfit")
-    raw = root / "raw"
-    demo_coco.write_raw(str(raw), num_train=8, num_val=2, seed=11)
-    shutil.rmtree(raw / "val2017")
-    shutil.copytree(raw / "train2017", raw / "val2017")
-    shutil.copy(raw / "annotations" / "instances_train2017.json", raw / "annotations" / "instances_val2017.json")
-    coco.prepare(str(raw), str(root / "out"), train_shards=2, val_shards=2, num_workers=0, log=lambda _: None)
-    return str(root / "out")
+    return prepare_coco_same_val(tmp_path_factory.mktemp("coco_overfit"), num_train=8, shards=2, seed=11)
 
 
 @pytest.mark.slow

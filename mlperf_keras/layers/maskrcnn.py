@@ -40,7 +40,7 @@ from mlperf_keras.inputs import anchors as anchor_lib
 from mlperf_keras.inputs.anchors import ASPECT_RATIOS
 from mlperf_keras.layers import resnet
 from mlperf_keras.layers.fpn import FPN_CHANNELS, fpn, kaiming_uniform_a1
-from mlperf_keras.layers.roi_align import axis_samples, multilevel_roi_align
+from mlperf_keras.layers.roi_align import multilevel_roi_align
 
 NUM_CLASSES = 81                      # 80 COCO categories + background
 PIXEL_MEANS_BGR = (102.9801, 115.9465, 122.7717)
@@ -76,16 +76,17 @@ def _kaiming_normal_fan_out():
 
 
 def backbone_model(image_shape=(None, None, 3), block_sizes=(3, 4, 6, 3), width: int = 64,
-                   name: str = "maskrcnn_backbone") -> keras.Model:
+                   channels: int = FPN_CHANNELS, options: resnet.BlockOptions = BACKBONE_OPTIONS,
+                   frozen_stages: int = FROZEN_STAGES, name: str = "maskrcnn_backbone") -> keras.Model:
     """Images (N, H, W, 3), RGB 0-255, H and W multiples of 32 -> [P2, ..., P6] (each N x H/s x W/s x 256),
     then the RPN head's outputs per level: objectness logits (N, H_l x W_l x 3) and deltas (N, H_l x W_l x 3, 4),
     cell-major like inputs/anchors.fpn_anchors, all float32."""
     images = keras.Input(image_shape, name="images")
     x = CaffeInput(name="caffe_input")(images)
-    stages = resnet.backbone(x, block_sizes, bottleneck=True, width=width, options=BACKBONE_OPTIONS,
-                             pool_padding="symmetric", frozen_stages=FROZEN_STAGES)
-    pyramid = fpn(stages)
-    conv = layers.Conv2D(FPN_CHANNELS, 3, padding="same", activation="relu", kernel_initializer=_normal(0.01),
+    stages = resnet.backbone(x, block_sizes, bottleneck=True, width=width, options=options,
+                             pool_padding="symmetric", frozen_stages=frozen_stages)
+    pyramid = fpn(stages, channels)
+    conv = layers.Conv2D(channels, 3, padding="same", activation="relu", kernel_initializer=_normal(0.01),
                          name="rpn_conv")
     logits = layers.Conv2D(NUM_ANCHORS, 1, kernel_initializer=_normal(0.01), name="rpn_logits")
     deltas = layers.Conv2D(4 * NUM_ANCHORS, 1, kernel_initializer=_normal(0.01), name="rpn_deltas")
@@ -97,26 +98,28 @@ def backbone_model(image_shape=(None, None, 3), block_sizes=(3, 4, 6, 3), width:
     return keras.Model(images, [*pyramid, *objectness, *regression], name=name)
 
 
-def box_head_model(num_classes: int = NUM_CLASSES, name: str = "box_head") -> keras.Model:
+def box_head_model(num_classes: int = NUM_CLASSES, channels: int = FPN_CHANNELS,
+                   representation: int = REPRESENTATION_SIZE, name: str = "box_head") -> keras.Model:
     """(R, 7, 7, 256) ROI features -> class logits (R, num_classes) and deltas (R, num_classes, 4), float32."""
-    rois = keras.Input((BOX_POOL, BOX_POOL, FPN_CHANNELS), name="box_features")
+    rois = keras.Input((BOX_POOL, BOX_POOL, channels), name="box_features")
     x = layers.Flatten(name="box_flatten")(rois)
-    x = layers.Dense(REPRESENTATION_SIZE, activation="relu", kernel_initializer=kaiming_uniform_a1(), name="fc6")(x)
-    x = layers.Dense(REPRESENTATION_SIZE, activation="relu", kernel_initializer=kaiming_uniform_a1(), name="fc7")(x)
+    x = layers.Dense(representation, activation="relu", kernel_initializer=kaiming_uniform_a1(), name="fc6")(x)
+    x = layers.Dense(representation, activation="relu", kernel_initializer=kaiming_uniform_a1(), name="fc7")(x)
     scores = layers.Dense(num_classes, kernel_initializer=_normal(0.01), dtype="float32", name="cls_score")(x)
     deltas = layers.Dense(4 * num_classes, kernel_initializer=_normal(0.001), dtype="float32", name="bbox_pred")(x)
     deltas = layers.Reshape((num_classes, 4), dtype="float32", name="bbox_pred_reshape")(deltas)
     return keras.Model(rois, [scores, deltas], name=name)
 
 
-def mask_head_model(num_classes: int = NUM_CLASSES, name: str = "mask_head") -> keras.Model:
+def mask_head_model(num_classes: int = NUM_CLASSES, channels: int = FPN_CHANNELS,
+                    conv_layers: tuple = MASK_CONV_LAYERS, name: str = "mask_head") -> keras.Model:
     """(R, 14, 14, 256) ROI features -> per-class mask logits (R, 28, 28, num_classes), float32."""
-    rois = keras.Input((MASK_POOL, MASK_POOL, FPN_CHANNELS), name="mask_features")
+    rois = keras.Input((MASK_POOL, MASK_POOL, channels), name="mask_features")
     x = rois
-    for i, width in enumerate(MASK_CONV_LAYERS, start=1):
+    for i, width in enumerate(conv_layers, start=1):
         x = layers.Conv2D(width, 3, padding="same", activation="relu", kernel_initializer=_kaiming_normal_fan_out(),
                           name=f"mask_fcn{i}")(x)
-    x = layers.Conv2DTranspose(MASK_CONV_LAYERS[-1], 2, strides=2, activation="relu",
+    x = layers.Conv2DTranspose(conv_layers[-1], 2, strides=2, activation="relu",
                                kernel_initializer=_kaiming_normal_fan_out(), name="conv5_mask")(x)
     logits = layers.Conv2D(num_classes, 1, kernel_initializer=_kaiming_normal_fan_out(), dtype="float32",
                            name="mask_fcn_logits")(x)
@@ -150,9 +153,10 @@ def mask_head_model(num_classes: int = NUM_CLASSES, name: str = "mask_head") -> 
 #   number of sampled ROIs;
 # - mask loss: binary cross-entropy on the ground-truth class's 28x28 logits of positive ROIs, mean over their pixels
 #   (zero when no positives).
-# One deliberate difference: mask targets are the ground-truth masks (full image resolution) ROI-aligned to 28x28 on
-# the proposal (2x2 samples per bin, the same kernel as the features) and thresholded at 0.5, where the reference
-# crops and rescales the polygons and rasterises them at 28x28 (project_masks_on_boxes); torchvision does the former.
+# One deliberate difference: mask targets come from box-local ground-truth masks (each object's polygons rasterised
+# at 64x64 over its own box, inputs/maskrcnn.py), resampled onto the proposal's 28x28 cells (2x2 bilinear samples per
+# cell, the ROIAlign positions) and thresholded at 0.5, where the reference crops and rescales the polygons to the
+# proposal and rasterises them at 28x28 (project_masks_on_boxes); torchvision ROI-aligns full-image masks.
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -162,6 +166,13 @@ class Spec:
     num_classes: int = NUM_CLASSES
     block_sizes: tuple = (3, 4, 6, 3)
     width: int = 64
+    fpn_channels: int = FPN_CHANNELS
+    representation_size: int = REPRESENTATION_SIZE   # box head fc6/fc7
+    mask_conv_layers: tuple = MASK_CONV_LAYERS
+    # False: batch norms that train (batch statistics), for a demo from random weights, whose unnormalised
+    # activations the fixed affines (identity at initialisation) leave hundreds of times too large
+    frozen_batch_norm: bool = True
+    frozen_stages: int = FROZEN_STAGES
     pre_nms_train: int = 2000            # per level
     pre_nms_test: int = 1000
     proposals_per_image: int = 1000      # num_image_candidates, train and test
@@ -187,8 +198,8 @@ class Spec:
         return int(self.rpn_batch * self.rpn_positive_fraction)
 
 
-# Small enough for CPU tests and the demo (not the reference: the backbone is a 1-1-1-1 ResNet of width 8). The RPN
-# keeps its 256 sampled anchors: on a 64x96 image that is most visible anchors, so every level's head is trained.
+# Small enough for CPU tests (not the reference: the backbone is a 1-1-1-1 ResNet of width 8). The RPN keeps its 256
+# sampled anchors: on a 64x96 image that is most visible anchors, so every level's head is trained.
 TINY_SPEC = Spec(num_classes=3, block_sizes=(1, 1, 1, 1), width=8, pre_nms_train=64, pre_nms_test=64,
                  proposals_per_image=32, roi_batch=16, max_gt=4, detections_per_image=10)
 
@@ -360,22 +371,40 @@ def box_losses(class_logits, box_deltas, labels, valid, targets):
     return classification, box
 
 
-def mask_targets(gt_masks, rois, instance, size: int = MASK_SIZE, sampling_ratio: int = 2):
-    """gt_masks (B, G, H, W) {0, 1} at image resolution, rois (B, R, 4), instance (B, R) the matched ground truth ->
-    (B, R, size, size) {0, 1} float32: each mask ROI-aligned on its ROI (scale 1) and thresholded at 0.5."""
-    batch, masks, height, width = ops.shape(gt_masks)[0], gt_masks.shape[1], gt_masks.shape[2], gt_masks.shape[3]
+def mask_targets(gt_masks, gt_boxes, rois, instance, size: int = MASK_SIZE, sampling_ratio: int = 2):
+    """Box-local ground-truth masks resampled onto ROIs -> (B, R, size, size) {0, 1} float32.
+
+    gt_masks (B, G, M, M) {0, 1}: mask g rasterised over its own box gt_boxes (B, G, 4) (M cells spanning x1..x2
+    and y1..y2, inputs/maskrcnn.box_masks); rois (B, R, 4); instance (B, R) the matched ground truth. Each output
+    cell averages sampling_ratio^2 bilinear samples at the ROIAlign positions of the ROI (the centres of the
+    reference's 28x28 raster cells, split 2x2), read from the matched mask with zeros outside its box, thresholded
+    at 0.5."""
+    batch, masks, m = ops.shape(gt_masks)[0], gt_masks.shape[1], gt_masks.shape[-1]
     rois_n = rois.shape[1]
-    table = ops.reshape(ops.cast(gt_masks, "float32"), (-1,))
-    boxes = ops.reshape(ops.cast(rois, "float32"), (-1, 4))
+    padded = m + 2                                      # one zero cell around each mask: samples outside read 0
+    table = ops.reshape(ops.pad(ops.cast(gt_masks, "float32"), ((0, 0), (0, 0), (1, 1), (1, 1))), (-1,))
+    own = ops.take_along_axis(ops.cast(gt_boxes, "float32"), ops.cast(instance, "int32")[..., None], axis=1)
+    own, boxes = ops.reshape(own, (-1, 4)), ops.reshape(ops.cast(rois, "float32"), (-1, 4))
     image = ops.repeat(ops.arange(batch, dtype="int32"), rois_n)
-    base = (image * masks + ops.reshape(ops.cast(instance, "int32"), (-1,))) * (height * width)
-    ones = ops.ones_like(boxes[:, 0])
-    y_low, y_high, wy_low, wy_high = axis_samples(boxes[:, 1], boxes[:, 3], ones * height, size, sampling_ratio)
-    x_low, x_high, wx_low, wx_high = axis_samples(boxes[:, 0], boxes[:, 2], ones * width, size, sampling_ratio)
+    base = (image * masks + ops.reshape(ops.cast(instance, "int32"), (-1,))) * (padded * padded)
+    steps = ops.convert_to_tensor(
+        [p + (i + 0.5) / sampling_ratio for p in range(size) for i in range(sampling_ratio)], "float32")
+
+    def axis(lo, hi, own_lo, own_hi):
+        # image positions of the samples -> positions in the padded mask's cells (cell j's centre at j + 1)
+        pos = lo[:, None] + steps[None, :] * (ops.maximum(hi - lo, 1.0) / size)[:, None]
+        cell = (pos - own_lo[:, None]) * (m / ops.maximum(own_hi - own_lo, 1.0))[:, None] + 0.5
+        cell = ops.clip(cell, 0.0, padded - 1.0)
+        low = ops.minimum(ops.floor(cell), padded - 2.0)
+        frac = cell - low
+        return ops.cast(low, "int32"), ops.cast(low, "int32") + 1, 1.0 - frac, frac
+
+    y_low, y_high, wy_low, wy_high = axis(boxes[:, 1], boxes[:, 3], own[:, 1], own[:, 3])
+    x_low, x_high, wx_low, wx_high = axis(boxes[:, 0], boxes[:, 2], own[:, 0], own[:, 2])
     base = base[:, None, None]
 
     def corner(ys, xs, wy, wx):
-        return ops.take(table, base + ys[:, :, None] * width + xs[:, None, :]) * (wy[:, :, None] * wx[:, None, :])
+        return ops.take(table, base + ys[:, :, None] * padded + xs[:, None, :]) * (wy[:, :, None] * wx[:, None, :])
 
     out = (corner(y_low, x_low, wy_low, wx_low) + corner(y_low, x_high, wy_low, wx_high)
            + corner(y_high, x_low, wy_high, wx_low) + corner(y_high, x_high, wy_high, wx_high))
@@ -398,27 +427,26 @@ class MaskRCNN(keras.Model):
 
     Inputs: a dict with "images" (B, H, W, 3) RGB uint8, "image_sizes" (B, 2) int32 (height, width of the resized
     image before padding) and, for training, "gt_boxes" (B, G, 4) float32 (x1, y1, x2, y2 pixels, inclusive),
-    "gt_classes" (B, G) int32 (1..K - 1; 0 pads) and "gt_masks" (B, G, H, W) uint8.
+    "gt_classes" (B, G) int32 (1..K - 1; 0 pads) and "gt_masks" (B, G, M, M) uint8: each object's mask over its
+    own box (inputs/maskrcnn.box_masks; M = 64 there), 107 MB per image less than full-image masks at G = 100.
     Training output: a dict of predictions with the targets sampled for them (`training_losses` reads it), so the
     loop's loss(y_true, y_pred) needs no labels of its own.
-
-    Open (no input pipeline feeds this yet): full-resolution gt_masks cost G x H x W bytes per image, 107 MB at
-    G = 100 and 800 x 1344; a pipeline should send fewer padded objects or box-local masks (then mask_targets
-    changes to sample them in box coordinates).
     """
 
     def __init__(self, spec: Spec = Spec(), seed=None, **kwargs):
         super().__init__(**kwargs)
         self.spec = spec
-        self.backbone = backbone_model(block_sizes=spec.block_sizes, width=spec.width)
-        self.box_head = box_head_model(spec.num_classes)
-        self.mask_head = mask_head_model(spec.num_classes)
+        options = dataclasses.replace(BACKBONE_OPTIONS, frozen_batch_norm=spec.frozen_batch_norm)
+        self.backbone = backbone_model(block_sizes=spec.block_sizes, width=spec.width, channels=spec.fpn_channels,
+                                       options=options, frozen_stages=spec.frozen_stages)
+        self.box_head = box_head_model(spec.num_classes, spec.fpn_channels, spec.representation_size)
+        self.mask_head = mask_head_model(spec.num_classes, spec.fpn_channels, spec.mask_conv_layers)
         self.seed_generator = keras.random.SeedGenerator(seed)
 
     def _heads(self, head, pyramid, rois, pool):
         batch, n = ops.shape(rois)[0], rois.shape[1]
-        features = multilevel_roi_align(pyramid[:4], rois, pool, 2)
-        out = head(ops.reshape(features, (-1, pool, pool, FPN_CHANNELS)))
+        features = multilevel_roi_align(pyramid[:4], finite_boxes(rois), pool, 2)
+        out = head(ops.reshape(features, (-1, pool, pool, self.spec.fpn_channels)))
         if isinstance(out, (list, tuple)):
             return [ops.reshape(o, (batch, n, *o.shape[1:])) for o in out]
         return ops.reshape(out, (batch, n, *out.shape[1:]))
@@ -451,7 +479,8 @@ class MaskRCNN(keras.Model):
             "class_logits": class_logits, "box_deltas": box_deltas, "labels": labels, "roi_valid": valid,
             "box_targets": box_targets,
             "mask_logits": mask_logits, "mask_labels": labels[:, :positives],
-            "mask_targets": ops.stop_gradient(mask_targets(inputs["gt_masks"], mask_rois, matched[:, :positives])),
+            "mask_targets": ops.stop_gradient(mask_targets(inputs["gt_masks"], gt_boxes, finite_boxes(mask_rois),
+                                                            matched[:, :positives])),
             "mask_valid": ops.logical_and(labels[:, :positives] > 0, valid[:, :positives]),
         }
 
@@ -464,6 +493,12 @@ class MaskRCNN(keras.Model):
         mask_logits = self._heads(self.mask_head, pyramid, boxes, MASK_POOL)
         own = ops.take_along_axis(mask_logits, labels[:, :, None, None, None], axis=-1)[..., 0]
         return {"boxes": boxes, "scores": scores, "labels": labels, "valid": valid, "masks": ops.sigmoid(own)}
+
+
+def finite_boxes(boxes):
+    """Boxes with non-finite coordinates (a diverged model's) set to 0: a NaN cast to an index is out of range, which
+    TensorFlow's CPU gather raises on; with zeros the step runs on and its non-finite loss ends the run as diverged."""
+    return ops.where(ops.isfinite(boxes), boxes, 0.0)
 
 
 def detections(proposals, proposal_valid, class_logits, box_deltas, image_sizes, spec: Spec):
@@ -509,30 +544,10 @@ def backbone_variables(model: keras.Model) -> dict:
 def load_backbone_weights(model: keras.Model, path: str) -> int:
     """Assign the ResNet variables from an .npz written by data_prep.maskrcnn_backbone; every variable must be there
     with its shape and every array must name one. Returns the count loaded."""
-    import zipfile
+    from mlperf_keras.layers import backbone_weights
 
-    from mlperf_keras.config import ConfigError
-
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: backbone weights file not found") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise ConfigError(f"{path}: not a readable .npz of backbone weights ({e})") from None
-    variables = backbone_variables(model)
-    for key, v in variables.items():
-        if key not in arrays:
-            raise ConfigError(f"{path}: no array for backbone variable {key} (convert Detectron's R-50.pkl with "
-                              f"python -m data_prep.maskrcnn_backbone)")
-        if tuple(arrays[key].shape) != tuple(v.shape):
-            raise ConfigError(f"{path}: {key} has shape {tuple(arrays[key].shape)}, the model's is {tuple(v.shape)}")
-    unknown = sorted(set(arrays) - set(variables))
-    if unknown:
-        raise ConfigError(f"{path}: {unknown[0]} names no backbone variable ({len(unknown)} such arrays)")
-    for key, v in variables.items():
-        v.assign(arrays[key].astype(v.dtype))
-    return len(variables)
+    return backbone_weights.load_npz(backbone_variables(model), path, "convert Detectron's R-50.pkl with "
+                                     "python -m data_prep.maskrcnn_backbone", "the Mask R-CNN backbone")
 
 
 def training_losses(pred) -> dict:

@@ -38,16 +38,13 @@ Where this differs from the reference, and why:
 from __future__ import annotations
 
 import math
-import os
-import zipfile
 
 import keras
-import numpy as np
 from keras import layers, ops
 
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs import default_boxes
-from mlperf_keras.layers import resnet
+from mlperf_keras.layers import backbone_weights, resnet
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)   # torchvision's normalisation, on [0, 1] pixels
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -178,37 +175,14 @@ def backbone_variables(model: keras.Model) -> dict:
 def load_backbone_weights(model: keras.Model, path: str) -> int:
     """Assign the backbone variables from an .npz keyed as backbone_variables() (data_prep.ssd_backbone writes one);
     every backbone variable must be there with its shape, and every array must name one. Returns the count loaded."""
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: backbone weights file not found") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise ConfigError(f"{path}: not a readable .npz of backbone weights ({e})") from None
-    variables = backbone_variables(model)
-    for key, v in variables.items():
-        if key not in arrays:
-            raise ConfigError(f"{path}: no array for backbone variable {key} (convert a torchvision ResNet-34 with "
-                              f"python -m data_prep.ssd_backbone)")
-        if tuple(arrays[key].shape) != tuple(v.shape):
-            raise ConfigError(f"{path}: {key} has shape {tuple(arrays[key].shape)}, the model's is {tuple(v.shape)}")
-    unknown = sorted(set(arrays) - set(variables))
-    if unknown:
-        raise ConfigError(f"{path}: {unknown[0]} names no backbone variable of {model.name} "
-                          f"({len(unknown)} such arrays)")
-    for key, v in variables.items():
-        v.assign(arrays[key].astype(v.dtype))
-    return len(variables)
+    return backbone_weights.load_npz(backbone_variables(model), path, "convert a torchvision ResNet-34 with "
+                                     "python -m data_prep.ssd_backbone", model.name)
 
 
 def save_backbone_weights(model: keras.Model, path: str) -> int:
     """Write the backbone variables as load_backbone_weights reads them (atomically); returns the count written."""
-    arrays = {key: ops.convert_to_numpy(v.value) for key, v in backbone_variables(model).items()}
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
-    return len(arrays)
+    return backbone_weights.write_npz(path, {key: ops.convert_to_numpy(v.value)
+                                             for key, v in backbone_variables(model).items()})
 
 
 __all__ = ["BACKBONE_BLOCKS", "BACKBONE_STRIDES", "EXTRA_BLOCKS", "IMAGENET_MEAN", "IMAGENET_STD",

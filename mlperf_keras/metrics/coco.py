@@ -1,7 +1,8 @@
 """COCO box mAP: SSD post-processing (decode, softmax, per-class NMS) and the COCOeval evaluator, merged exactly
 across workers. NumPy and pycocotools or faster-coco-eval only (no TensorFlow, no Keras), so a JAX-only machine can
 evaluate. For Mask R-CNN: `paste_mask` (a 28x28 mask pasted at image resolution as the reference), `encode_mask`
-(RLE) and `evaluate_instances` (box and mask AP of the same detections; single process: no worker gather of RLEs yet).
+(RLE), `evaluate_instances` (box and mask AP of the same detections) and `CocoInstanceMetric` (both, gathered from
+every worker and scored once).
 
 Post-processing follows the MLPerf reference (mlcommons/training single_stage_detector/ssd/utils.py,
 `Encoder.decode_batch` / `decode_single`, called by train.py's coco_eval with criteria 0.50 and max_output 200):
@@ -367,36 +368,45 @@ class CocoDetectionMetric:
     def result(self) -> float:
         """AP@[.5:.95] over every worker's images (a collective: every worker must call it)."""
         rows = self.dist.gather_rows(np.concatenate(self._rows) if self._rows else np.zeros((0, ROW_COLUMNS)))
-        image_ids = self.dist.gather_rows(np.concatenate(self._image_ids) if self._image_ids
-                                          else np.zeros(0, np.int64))
         self.rows_evaluated = len(rows)
-        # Same gathered ids on every worker, so every worker raises together.
-        distinct = np.unique(image_ids)
-        if len(distinct) != len(image_ids):
-            values, counts = np.unique(image_ids, return_counts=True)
-            raise _data_error(f"{len(image_ids) - len(distinct)} evaluations of images already evaluated (ids "
-                              f"{values[counts > 1][:10].tolist()}...): the eval shards overlap")
-        if len(distinct) != self.expected_images:
-            raise _data_error(f"evaluated {len(distinct)} validation images, {self.expected_images} were expected: "
-                              f"the workers' eval shards miss some, or the prepared data changed since it was written")
-        shared = np.zeros(len(STAT_NAMES) + 1)
-        failure = None
-        if self.dist.is_chief:
-            try:
-                missing = set(distinct.tolist()) - set(self._ground_truth.getImgIds())
-                if missing:
-                    raise _data_error(f"{self.annotation_file}: has no images with ids {sorted(missing)[:10]} "
-                                      f"that were evaluated: the annotations do not belong to these records")
-                shared[:-1] = evaluate_detections(self._ground_truth, rows, log=self.log)
-            except Exception as e:  # noqa: BLE001 (re-raised below, after the others have been told)
-                failure, shared[-1] = e, 1.0
-        shared = self.dist.sum_across_workers(shared)
-        if failure is not None:
-            raise failure
-        if shared[-1]:
-            raise _data_error(f"the chief failed to evaluate {self.annotation_file} (its error is in its output)")
-        self.stats = shared[:-1]
+        self.stats = score_gathered(self.dist, self._image_ids, self.expected_images, self.annotation_file,
+                                    self._ground_truth, len(STAT_NAMES),
+                                    lambda gt: evaluate_detections(gt, rows, log=self.log))
         return float(self.stats[0])
+
+
+def score_gathered(dist, image_ids: list, expected_images: int, annotation_file: str, ground_truth, size: int,
+                   score: Callable) -> np.ndarray:
+    """The collective end of an evaluation: gather every worker's image ids, check that exactly expected_images
+    distinct images were evaluated once each and that the annotation file has them, run score(ground_truth) -> size
+    numbers on the chief and share them (a failure on the chief raises on every worker)."""
+    image_ids = dist.gather_rows(np.concatenate(image_ids) if image_ids else np.zeros(0, np.int64))
+    # Same gathered ids on every worker, so every worker raises together.
+    distinct = np.unique(image_ids)
+    if len(distinct) != len(image_ids):
+        values, counts = np.unique(image_ids, return_counts=True)
+        raise _data_error(f"{len(image_ids) - len(distinct)} evaluations of images already evaluated (ids "
+                          f"{values[counts > 1][:10].tolist()}...): the eval shards overlap")
+    if len(distinct) != expected_images:
+        raise _data_error(f"evaluated {len(distinct)} validation images, {expected_images} were expected: "
+                          f"the workers' eval shards miss some, or the prepared data changed since it was written")
+    shared = np.zeros(size + 1)
+    failure = None
+    if dist.is_chief:
+        try:
+            missing = set(distinct.tolist()) - set(ground_truth.getImgIds())
+            if missing:
+                raise _data_error(f"{annotation_file}: has no images with ids {sorted(missing)[:10]} "
+                                  f"that were evaluated: the annotations do not belong to these records")
+            shared[:-1] = score(ground_truth)
+        except Exception as e:  # noqa: BLE001 (re-raised below, after the others have been told)
+            failure, shared[-1] = e, 1.0
+    shared = dist.sum_across_workers(shared)
+    if failure is not None:
+        raise failure
+    if shared[-1]:
+        raise _data_error(f"the chief failed to evaluate {annotation_file} (its error is in its output)")
+    return shared[:-1]
 
 
 # --- Instance segmentation (Mask R-CNN): box rows plus one RLE mask per row, scored as "bbox" and "segm". -----------
@@ -469,6 +479,58 @@ def evaluate_instances(annotation_file, rows, segmentations: Sequence[dict], log
     return {"bbox": boxes, "segm": np.asarray(evaluation.stats, np.float64)}
 
 
-__all__ = ["BACKENDS", "BACKEND_ENV", "CocoDetectionMetric", "STAT_NAMES", "coco_backend", "detection_rows",
+class CocoInstanceMetric:
+    """COCO box and mask AP@[.5:.95] over the whole eval set (Mask R-CNN), each worker feeding its share of images.
+
+    add_image() keeps one image's result rows [K, 7] (as detection_rows) and their K RLE masks at image resolution;
+    result() gathers every worker's rows and masks (the RLE strings travel as bytes), checks the image ids as
+    CocoDetectionMetric does, runs evaluate_instances once on the chief and returns {"bbox": AP, "segm": AP} on
+    every worker; self.stats holds both 12-number summaries of the last result()."""
+
+    def __init__(self, annotation_file: str, dist, expected_images: int, log: Callable[[str], None] | None = None,
+                 coco_evaluator: str | None = None):
+        self.annotation_file, self.dist, self.expected_images, self.log = annotation_file, dist, expected_images, log
+        self._ground_truth = load_ground_truth(annotation_file, coco_evaluator) if dist.is_chief else None
+        self.stats = {"bbox": np.zeros(len(STAT_NAMES)), "segm": np.zeros(len(STAT_NAMES))}
+        self.rows_evaluated = 0
+        self.reset()
+
+    def reset(self):
+        self._rows, self._image_ids, self._rles = [], [], []
+
+    def add_image(self, image_id: int, rows, rles: Sequence[dict]):
+        rows = np.asarray(rows, np.float64).reshape(-1, ROW_COLUMNS)
+        if len(rles) != len(rows):
+            raise ValueError(f"{len(rows)} detection rows but {len(rles)} masks")
+        self._image_ids.append(np.array([image_id], np.int64))
+        self._rows.append(rows)
+        self._rles.extend(rles)
+
+    def result(self) -> dict:
+        """{"bbox": AP, "segm": AP} over every worker's images (a collective: every worker must call it)."""
+        rows = self.dist.gather_rows(np.concatenate(self._rows) if self._rows else np.zeros((0, ROW_COLUMNS)))
+        counts = [r["counts"].encode("ascii") if isinstance(r["counts"], str) else bytes(r["counts"])
+                  for r in self._rles]
+        sizes = self.dist.gather_rows(np.array([r["size"] for r in self._rles], np.int64).reshape(-1, 2))
+        lengths = self.dist.gather_rows(np.array([len(c) for c in counts], np.int64))
+        data = self.dist.gather_rows(np.frombuffer(b"".join(counts), np.uint8))
+        ends = np.cumsum(lengths)
+        rles = [{"size": [int(h), int(w)], "counts": data[end - n:end].tobytes().decode("ascii")}
+                for (h, w), n, end in zip(sizes, lengths, ends)]
+        self.rows_evaluated = len(rows)
+        size = len(STAT_NAMES)
+
+        def score(gt):
+            stats = evaluate_instances(gt, rows, rles, log=self.log)
+            return np.concatenate([stats["bbox"], stats["segm"]])
+
+        shared = score_gathered(self.dist, self._image_ids, self.expected_images, self.annotation_file,
+                                self._ground_truth, 2 * size, score)
+        self.stats = {"bbox": shared[:size], "segm": shared[size:]}
+        return {"bbox": float(shared[0]), "segm": float(shared[size])}
+
+
+__all__ = ["BACKENDS", "BACKEND_ENV", "CocoDetectionMetric", "CocoInstanceMetric", "STAT_NAMES", "coco_backend",
+           "detection_rows", "score_gathered",
            "encode_mask", "evaluate_detections", "evaluate_instances", "label_to_category_table", "load_ground_truth",
            "nms", "paste_mask", "postprocess"]

@@ -39,6 +39,37 @@ class StepWithWarmup(keras.optimizers.schedules.LearningRateSchedule):
                 "rates": self.rates}
 
 
+class WarmupMultiStepLR(keras.optimizers.schedules.LearningRateSchedule):
+    """The Mask R-CNN reference's schedule (mlcommons/training 0badcd1786fcb007725ed05f1c44e9d80bbeac52,
+    object_detection/pytorch/maskrcnn_benchmark/solver/lr_scheduler.py WarmupMultiStepLR, warmup_method "linear"),
+    stepped as its engine/trainer.py do_train steps it: scheduler.step() before each update, so the 0-based update
+    `step` runs at the scheduler's t = step + 1:
+
+        lr(t) = base x factor(t) x gamma ** bisect_right(milestones, t)
+        factor(t) = warmup_factor x (1 - t / warmup_steps) + t / warmup_steps   while t < warmup_steps, else 1
+    """
+
+    def __init__(self, base: float, warmup_steps: int, warmup_factor: float, milestones, gamma: float = 0.1):
+        if list(milestones) != sorted(milestones):
+            raise ValueError(f"milestones must increase, got {list(milestones)}")
+        self.base, self.warmup_steps, self.warmup_factor = float(base), int(warmup_steps), float(warmup_factor)
+        self.milestones, self.gamma = [int(m) for m in milestones], float(gamma)
+
+    def __call__(self, step):
+        t = ops.cast(step, "float32") + 1.0
+        lr = ops.full((), self.base, "float32")
+        for milestone in self.milestones:
+            lr = ops.where(t >= milestone, lr * self.gamma, lr)
+        if self.warmup_steps > 0:
+            alpha = t / self.warmup_steps
+            lr = ops.where(t < self.warmup_steps, lr * (self.warmup_factor * (1.0 - alpha) + alpha), lr)
+        return lr
+
+    def get_config(self):
+        return {"base": self.base, "warmup_steps": self.warmup_steps, "warmup_factor": self.warmup_factor,
+                "milestones": self.milestones, "gamma": self.gamma}
+
+
 class PolynomialWithWarmup(keras.optimizers.schedules.LearningRateSchedule):
     """The ResNet LARS reference (tensorflow2/lars_util.PolynomialDecayWithWarmup):
 

@@ -126,6 +126,7 @@ class Workload(abc.ABC):
     # The built-in demo: small raw data generated in the official format, prepared by data_prep.
     demo_target: float
     demo_hparams: dict = {}
+    demo_jit_compile: bool = True   # False: the demo compiles its steps without XLA (whatever --jit_compile says)
 
     def prepare_demo(self, cache_dir: str, log=print, wait_timeout_s: float = 1800.0) -> str:
         """The prepared demo dataset under cache_dir, generated (official raw format) and prepared once.

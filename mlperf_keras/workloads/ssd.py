@@ -32,7 +32,6 @@ f9e0e82d (v0.7)), on purpose:
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 
@@ -40,6 +39,7 @@ import numpy as np
 
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs import default_boxes
+from mlperf_keras.layers import backbone_weights
 from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
 
 # COCO 2017 as the reference reads it (images with at least one annotation), for --dry_run and --synthetic.
@@ -57,17 +57,6 @@ ITERATION_RULESETS = ("0.5", "0.6")
 def v05_eval_epochs(train_images: int) -> tuple:
     """The v0.5/v0.6 eval points (iterations of batch 32) as the 1-based epochs that contain them."""
     return tuple(sorted({math.ceil(it * 32 / train_images) for it in V05_EVAL_ITERATIONS}))
-
-
-def backbone_weights_id(path) -> str:
-    """What the log says a run started from: "<file name> sha256:<hex digest>", or "none" (random weights)."""
-    if path in (None, "none"):
-        return "none"
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return f"{os.path.basename(path)} sha256:{digest.hexdigest()}"
 
 
 class SSD(Workload):
@@ -240,7 +229,7 @@ class SSD(Workload):
                 "opt_learning_rate_warmup_factor": hp["warmup_factor"],
                 "opt_learning_rate_decay_boundary_epochs": s["boundary_epochs"],
                 "model_bn_span": config.per_worker_batch_size, "max_samples": hp["max_samples"],
-                "backbone_weights": backbone_weights_id(config.backbone_weights)}
+                "backbone_weights": backbone_weights.weights_id(config.backbone_weights)}
 
     # ---- demo ----
 

@@ -1,0 +1,316 @@
+"""The Mask R-CNN pipeline of the shared tf.data input layer: COCO instance records (data_prep.coco) -> the batches
+layers.maskrcnn.MaskRCNN takes.
+
+As the v0.6/v0.7 reference (mlcommons/training 0badcd1786fcb007725ed05f1c44e9d80bbeac52, object_detection/pytorch/
+maskrcnn_benchmark/; paths below are under it):
+- training images: those with at least one annotation whose box is wider and taller than 1 pixel, crowd ones
+  included (data/datasets/coco.py has_valid_annotation, remove_images_without_annotations); their crowd objects
+  are then dropped (COCODataset.__getitem__ keeps iscrowd == 0), so an image may train with no object at all;
+- boxes in the reference's pixel convention: COCO [x, y, w, h] -> (x, y, x + w - 1, y + h - 1) (BoxList.convert,
+  TO_REMOVE = 1), clipped to [0, W - 1] x [0, H - 1] and dropped unless x2 > x1 and y2 > y1 (clip_to_image);
+- resize (data/transforms/transforms.py Resize.get_size): the short side to 800 unless the long side would pass 1333,
+  then the short side to round(1333 x short / long); the other side int(size x long / short); boxes scaled by the
+  two ratios (BoxList.resize);
+- training flip with p 0.5 (RandomHorizontalFlip): x1' = W - x2 - 1, x2' = W - x1 - 1 (BoxList.transpose) and the
+  polygons x' = W - x - 1 (Polygons.transpose);
+- evaluation: every val2017 image (the test dataset keeps images without annotations), resized alike, no flip;
+- aspect-ratio grouping (data/samplers/grouped_batch_sampler.py, DATALOADER.ASPECT_RATIO_GROUPING): a batch holds
+  landscape images (height < width) or portrait ones (height >= width), never both;
+- pixels leave as uint8 RGB; layers.maskrcnn.CaffeInput makes them BGR minus Detectron's means inside the model.
+
+Differences, on purpose:
+- Static shapes (so XLA compiles two programs, not one per image size): every image is padded at the bottom and
+  right to one shape per orientation, (800, 1344) landscape and (1344, 800) portrait (min/max size rounded up to
+  the reference's SIZE_DIVISIBILITY 32; the reference pads each batch to its largest image). The padding is
+  Detectron's mean pixel rounded to uint8, (123, 116, 103) RGB, which the model's normalisation turns into values
+  within 0.5 of the reference's zero padding. Ground truth is padded to max_gt objects (class 0 = none); an image
+  with more non-crowd objects than max_gt (default 100) stops the run with a message naming the hparam rather than
+  dropping objects (COCO's maximum per image was not counted here).
+- Masks travel box-local: each object's polygons are rasterised (pycocotools frPyObjects + merge + decode, as the
+  reference's Polygons.convert) at mask_resolution x mask_resolution (64) over its own ground-truth box, and
+  layers.maskrcnn.mask_targets resamples them onto each positive proposal's 28x28 grid (2x2 bilinear samples per
+  cell, thresholded at 0.5). The reference crops the polygons to the proposal and rasterises them there at 28x28
+  (roi_heads/mask_head/loss.py project_masks_on_boxes). Full-image masks would cost 100 x 800 x 1344 bytes (107 MB)
+  per image; these cost 100 x 64 x 64 (410 KB). A box-local mask does not depend on the resize, and the flip
+  mirrors it (the flipped polygon in the flipped box is the mirror image). Non-crowd RLE segmentations (none in
+  COCO 2017) are decoded at image size and sampled at the raster's cell centres.
+- The epoch: every trainable image of a worker once, in a seeded shuffled order (file order, then a shuffle buffer),
+  grouped by orientation as the images come (tf.data group_by_window); a group's last, partial batch is filled with
+  its own images again, and a worker whose grouped epoch is shorter than steps_per_epoch repeats its first batches.
+  The reference's GroupedBatchSampler ends an epoch with smaller batches instead. steps_per_epoch is
+  ceil(images / global batch) + 1: the two groups' partial batches may need one batch more than the images fill.
+- Resizing is TF1 bilinear without antialiasing (inputs.image.resize), where the reference resizes with PIL
+  (bilinear, antialiased when shrinking), as in the SSD pipeline.
+- "Wider and taller than 1 pixel" is checked on the stored boxes (clipped to the image) where the reference checks
+  the annotation's [w, h] before clipping.
+
+Randomness is stateless: each training image's flip depends on (seed, epoch, rank, position in the worker's
+stream) only, as in inputs/image.py.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from mlperf_keras.inputs import boxes as box_lib
+from mlperf_keras.inputs import image, records
+from mlperf_keras.inputs.manifest import DataError
+
+MIN_SIZE, MAX_SIZE = 800, 1333          # INPUT.MIN_SIZE_TRAIN / MAX_SIZE_TRAIN (and _TEST)
+SIZE_DIVISIBILITY = 32                  # DATALOADER.SIZE_DIVISIBILITY
+MASK_RESOLUTION = 64                    # box-local ground-truth masks (see the module docstring)
+PAD_RGB = (123, 116, 103)               # Detectron's PIXEL_MEAN (BGR 102.98, 115.95, 122.77) as RGB uint8
+LANDSCAPE, PORTRAIT = 0, 1              # GroupedBatchSampler's groups: height / width < 1, >= 1
+
+_SEGMENTATION = {"image/object/segmentation": tf.io.VarLenFeature(tf.string)}
+
+
+def padded_shape(group: int, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE) -> tuple[int, int]:
+    """(height, width) every image of an orientation group is padded to: the resized image's bounds rounded up to
+    multiples of 32 (landscape: height <= min_size, width <= max_size)."""
+    short = int(math.ceil(min_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY)
+    long = int(math.ceil(max_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY)
+    return (short, long) if group == LANDSCAPE else (long, short)
+
+
+def orientation(height, width):
+    """LANDSCAPE (height < width) or PORTRAIT (height >= width), int32."""
+    return tf.cast(height >= width, tf.int32)
+
+
+def resized_size(height, width, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE):
+    """Resize.get_size in float64 (Python's arithmetic): (new height, new width) int32."""
+    h, w = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
+    short, long = tf.minimum(h, w), tf.maximum(h, w)
+    # Python's round() is half-to-even, as tf.round
+    size = tf.where(long / short * min_size > max_size, tf.round(max_size * short / long), float(min_size))
+    unchanged = tf.logical_or(tf.logical_and(w <= h, tf.equal(w, size)), tf.logical_and(h <= w, tf.equal(h, size)))
+    new_h = tf.where(w < h, tf.floor(size * h / w), size)
+    new_w = tf.where(w < h, size, tf.floor(size * w / h))
+    return (tf.cast(tf.where(unchanged, h, new_h), tf.int32), tf.cast(tf.where(unchanged, w, new_w), tf.int32))
+
+
+def reference_boxes(normalized, height, width):
+    """Stored ltrb boxes (normalised, [n, 4]) -> the reference's pixel boxes (x1, y1, x2, y2 inclusive, clipped) and
+    which of them are not empty (x2 > x1 and y2 > y1)."""
+    w, h = tf.cast(width, tf.float32), tf.cast(height, tf.float32)
+    x1, y1, x2, y2 = tf.unstack(tf.reshape(normalized, [-1, 4]), axis=1)
+    x1, x2 = tf.clip_by_value(x1 * w, 0.0, w - 1), tf.clip_by_value(x2 * w - 1, 0.0, w - 1)
+    y1, y2 = tf.clip_by_value(y1 * h, 0.0, h - 1), tf.clip_by_value(y2 * h - 1, 0.0, h - 1)
+    return tf.stack([x1, y1, x2, y2], axis=1), tf.logical_and(x2 > x1, y2 > y1)
+
+
+def box_masks(segmentations, boxes, height, width, resolution: int = MASK_RESOLUTION) -> np.ndarray:
+    """Each object's mask rasterised over its own box: segmentations (COCO JSON bytes, [n]), pixel boxes [n, 4] of
+    the original image -> uint8 [n, resolution, resolution]. A polygon point (x, y) lands at ((x - x1) r / w,
+    (y - y1) r / h) with w = max(x2 - x1, 1) (Polygons.crop then resize, as the reference does for its proposals)."""
+    import pycocotools.mask as mask_util
+
+    r = int(resolution)
+    out = np.zeros((len(segmentations), r, r), np.uint8)
+    for i, (raw, box) in enumerate(zip(segmentations, np.asarray(boxes, np.float64).reshape(-1, 4))):
+        segmentation = json.loads(raw)
+        x1, y1, x2, y2 = box
+        w, h = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
+        if isinstance(segmentation, list):
+            polygons = [((np.asarray(p, np.float64).reshape(-1, 2) - (x1, y1)) * (r / w, r / h)).ravel().tolist()
+                        for p in segmentation if len(p) >= 6]
+            if polygons:
+                out[i] = mask_util.decode(mask_util.merge(mask_util.frPyObjects(polygons, r, r)))
+            continue
+        if isinstance(segmentation.get("counts"), list):   # uncompressed RLE
+            segmentation = mask_util.frPyObjects(segmentation, int(height), int(width))
+        full = mask_util.decode(segmentation)
+        centres = (np.arange(r) + 0.5) / r
+        ys = np.clip(np.floor(y1 + centres * h).astype(np.int64), 0, full.shape[0] - 1)
+        xs = np.clip(np.floor(x1 + centres * w).astype(np.int64), 0, full.shape[1] - 1)
+        out[i] = full[ys][:, xs]
+    return out
+
+
+def parse_instances(serialized) -> dict:
+    """boxes.parse_detection's dict plus "segmentation": the objects' COCO segmentations as JSON strings [n]."""
+    example = box_lib.parse_detection(serialized)
+    segmentation = records.parse(serialized, _SEGMENTATION)["image/object/segmentation"].values
+    with tf.control_dependencies([tf.debugging.assert_equal(tf.size(segmentation), tf.size(example["labels"]),
+                                                            message="COCO record: segmentation and class/label "
+                                                                    "differ in length")]):
+        segmentation = tf.identity(segmentation)
+    return {**example, "segmentation": segmentation}
+
+
+def trainable(example) -> tf.Tensor:
+    """has_valid_annotation: some object (crowd included) wider and taller than 1 pixel."""
+    b = example["boxes"]
+    w = (b[:, 2] - b[:, 0]) * tf.cast(example["width"], tf.float32)
+    h = (b[:, 3] - b[:, 1]) * tf.cast(example["height"], tf.float32)
+    return tf.reduce_any(tf.logical_and(w > 1.0, h > 1.0))
+
+
+def _pad_image(pixels, group, min_size, max_size):
+    landscape, portrait = padded_shape(LANDSCAPE, min_size, max_size), padded_shape(PORTRAIT, min_size, max_size)
+    target = tf.where(tf.equal(group, PORTRAIT), tf.constant(portrait), tf.constant(landscape))
+    shape = tf.shape(pixels)
+    paddings = [[0, target[0] - shape[0]], [0, target[1] - shape[1]]]
+    return tf.stack([tf.pad(pixels[..., c], paddings, constant_values=PAD_RGB[c]) for c in range(3)], axis=-1)
+
+
+def _decode_resized(example, min_size, max_size):
+    new_h, new_w = resized_size(example["height"], example["width"], min_size, max_size)
+    pixels = image.to_uint8(image.resize(tf.image.decode_jpeg(example["jpeg"], channels=3), new_h, new_w))
+    return pixels, new_h, new_w
+
+
+def train_example(example, flip, *, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, max_gt: int = 100,
+                  resolution: int = MASK_RESOLUTION) -> dict:
+    """One parsed training image (parse_instances) -> the model's inputs for it, padded: images uint8 [H, W, 3],
+    image_sizes int32 [2] (resized height, width), gt_boxes float32 [max_gt, 4] (pixels of the resized image),
+    gt_classes int32 [max_gt] (0 pads), gt_masks uint8 [max_gt, r, r] (box-local), group int32 (orientation)."""
+    keep = tf.logical_not(example["is_crowd"])
+    height, width = example["height"], example["width"]
+    pixel_boxes, nonempty = reference_boxes(tf.boolean_mask(example["boxes"], keep), height, width)
+    labels = tf.boolean_mask(tf.boolean_mask(example["labels"], keep), nonempty)
+    segmentation = tf.boolean_mask(tf.boolean_mask(example["segmentation"], keep), nonempty)
+    pixel_boxes = tf.boolean_mask(pixel_boxes, nonempty)
+    masks = tf.numpy_function(lambda s, b, h, w: box_masks(s, b, h, w, resolution),
+                              [segmentation, pixel_boxes, height, width], tf.uint8, stateful=False)
+    masks = tf.reshape(masks, [-1, resolution, resolution])
+    pixels, new_h, new_w = _decode_resized(example, min_size, max_size)
+    ratio_w = tf.cast(new_w, tf.float32) / tf.cast(width, tf.float32)
+    ratio_h = tf.cast(new_h, tf.float32) / tf.cast(height, tf.float32)
+    scaled = pixel_boxes * tf.stack([ratio_w, ratio_h, ratio_w, ratio_h])
+    w = tf.cast(new_w, tf.float32)
+    pixels = tf.cond(flip, lambda: tf.reverse(pixels, axis=[1]), lambda: pixels)
+    scaled = tf.cond(flip, lambda: tf.stack([w - scaled[:, 2] - 1, scaled[:, 1], w - scaled[:, 0] - 1, scaled[:, 3]],
+                                            axis=1), lambda: scaled)
+    masks = tf.cond(flip, lambda: tf.reverse(masks, axis=[2]), lambda: masks)
+    n = tf.size(labels)
+    check = tf.debugging.assert_less_equal(n, max_gt, message=f"an image has more objects than max_gt={max_gt}; "
+                                                              f"raise it with --hparams=max_gt=N")
+    with tf.control_dependencies([check]):
+        missing = max_gt - n
+    group = orientation(height, width)
+    return {"images": _pad_image(pixels, group, min_size, max_size),
+            "image_sizes": tf.stack([new_h, new_w]),
+            "gt_boxes": tf.ensure_shape(tf.pad(scaled, [[0, missing], [0, 0]]), [max_gt, 4]),
+            "gt_classes": tf.ensure_shape(tf.pad(labels, [[0, missing]]), [max_gt]),
+            "gt_masks": tf.ensure_shape(tf.pad(masks, [[0, missing], [0, 0], [0, 0]]),
+                                        [max_gt, resolution, resolution]),
+            "group": group}
+
+
+def _grouped_batches(dataset, batch_size: int, filled=None):
+    """Batches of one orientation each, as the elements come (group_by_window); a group's last, partial batch is
+    filled to batch_size with its own elements again; filled(batch, real) may mark the repeats."""
+    dataset = dataset.group_by_window(key_func=lambda x: tf.cast(x["group"], tf.int64),
+                                      reduce_func=lambda key, window: window.batch(batch_size),
+                                      window_size=batch_size)
+
+    def fill(batch):
+        n = tf.shape(batch["group"])[0]
+        index = tf.range(batch_size) % n
+        out = tf.nest.map_structure(lambda t: tf.gather(t, index), batch)
+        return filled(out, tf.range(batch_size) < n) if filled else out
+
+    return dataset.map(fill, num_parallel_calls=records.AUTOTUNE, deterministic=True)
+
+
+def count_groups(paths: list[str]) -> tuple[int, int]:
+    """(landscape, portrait) trainable images (`trainable`) in `paths`; one read of the files."""
+    features = {k: box_lib.DETECTION_FEATURES[k] for k in ("image/height", "image/width", "image/object/bbox/xmin",
+                                                           "image/object/bbox/ymin", "image/object/bbox/xmax",
+                                                           "image/object/bbox/ymax")}
+
+    def group(serialized):
+        ex = records.parse(serialized, features)
+        b = tf.stack([ex[f"image/object/bbox/{k}"].values for k in ("xmin", "ymin", "xmax", "ymax")], axis=1)
+        example = {"boxes": tf.reshape(b, [-1, 4]), "height": ex["image/height"], "width": ex["image/width"]}
+        return tf.where(trainable(example), orientation(ex["image/height"], ex["image/width"]), -1)
+
+    groups = records.record_dataset(paths).map(group, num_parallel_calls=records.AUTOTUNE)
+    counts = groups.reduce(tf.zeros([2], tf.int64),
+                           lambda total, g: total + tf.one_hot(g, 2, dtype=tf.int64))  # -1: a zero row
+    return int(counts[0]), int(counts[1])
+
+
+def grouped_batches_needed(groups: tuple[int, int], batch_size: int) -> int:
+    return sum(math.ceil(n / batch_size) for n in groups)
+
+
+def check_epoch_fits(groups: tuple[int, int], batch_size: int, num_batches: int, paths) -> None:
+    if sum(groups) == 0:
+        raise DataError(f"no trainable image in {list(paths)[:3]}... (Mask R-CNN trains on images with an object "
+                        f"wider and taller than 1 pixel)")
+    needed = grouped_batches_needed(groups, batch_size)
+    if needed > num_batches:
+        raise DataError(f"this worker's record files hold {groups[0]} landscape and {groups[1]} portrait trainable "
+                        f"images: {needed} batches of {batch_size}, more than its {num_batches} per epoch; the train "
+                        f"shards are unbalanced over the workers (prepare the data with a number of train shards "
+                        f"that is a multiple of the worker count, or use fewer workers)")
+
+
+def train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
+                  shuffle_buffer: int = 1024, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, max_gt: int = 100,
+                  resolution: int = MASK_RESOLUTION, groups: tuple[int, int] | None = None, cycle_length: int = 10,
+                  threads: int | None = None, keep_image_id: bool = False) -> tf.data.Dataset:
+    """Exactly num_batches (inputs, dummy labels) batches of one worker for one epoch; inputs as train_example's
+    dict without "group", batched; every trainable image of `paths` at least once (see the module docstring).
+    groups: count_groups(paths), checked to fit (None skips the check: a benchmark timing part of an epoch).
+    keep_image_id: the inputs also carry "image_id" (int64 [B]), for checks of the epoch's order."""
+    if groups is not None:
+        check_epoch_fits(groups, batch_size, num_batches, paths)
+    e_seed = image.epoch_seed(seed, epoch)
+    dataset = records.record_dataset(paths, shuffle_seed=e_seed, cycle_length=cycle_length)
+    dataset = dataset.map(parse_instances, num_parallel_calls=records.AUTOTUNE, deterministic=True).filter(trainable)
+    if shuffle_buffer > 1:
+        dataset = dataset.shuffle(shuffle_buffer, seed=e_seed, reshuffle_each_iteration=False)
+    stream = tf.constant(int(rank) << 40, tf.int64)
+
+    def preprocess(index, example):
+        flip = tf.random.stateless_uniform([], tf.stack([tf.constant(e_seed, tf.int64), stream + index])) < 0.5
+        out = train_example(example, flip, min_size=min_size, max_size=max_size, max_gt=max_gt,
+                            resolution=resolution)
+        return {**out, "image_id": example["image_id"]} if keep_image_id else out
+
+    dataset = dataset.enumerate().map(preprocess, num_parallel_calls=records.AUTOTUNE, deterministic=True)
+    dataset = _grouped_batches(dataset, batch_size).repeat().take(num_batches)
+
+    def split(batch):
+        inputs = {k: v for k, v in batch.items() if k != "group"}
+        return inputs, tf.zeros([batch_size], tf.float32)
+
+    dataset = dataset.map(split).prefetch(records.AUTOTUNE)
+    return image.with_threads(dataset, threads)
+
+
+def eval_dataset(paths: list[str], *, batch_size: int, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE,
+                 cycle_length: int = 10, threads: int | None = None) -> tf.data.Dataset:
+    """Every record of `paths` once, in batches of one orientation: dicts of images uint8 [B, H, W, 3], image_sizes
+    int32 [B, 2], image_id int64 [B], height, width int32 [B] (the original image's). A group's last batch is filled
+    with repeats of its images under image_id -1."""
+    @tf.autograph.experimental.do_not_convert
+    def preprocess(serialized):
+        example = box_lib.parse_detection(serialized)
+        pixels, new_h, new_w = _decode_resized(example, min_size, max_size)
+        group = orientation(example["height"], example["width"])
+        return {"images": _pad_image(pixels, group, min_size, max_size), "image_sizes": tf.stack([new_h, new_w]),
+                "image_id": example["image_id"], "height": example["height"], "width": example["width"],
+                "group": group}
+
+    def mark(batch, real):
+        return {**{k: v for k, v in batch.items() if k != "group"},
+                "image_id": tf.where(real, batch["image_id"], tf.constant(-1, tf.int64))}
+
+    dataset = records.record_dataset(paths, cycle_length=cycle_length)
+    dataset = dataset.map(preprocess, num_parallel_calls=records.AUTOTUNE, deterministic=True)
+    dataset = _grouped_batches(dataset, batch_size, filled=mark).prefetch(records.AUTOTUNE)
+    return image.with_threads(dataset, threads)
+
+
+__all__ = ["LANDSCAPE", "MASK_RESOLUTION", "MAX_SIZE", "MIN_SIZE", "PAD_RGB", "PORTRAIT", "box_masks",
+           "check_epoch_fits", "count_groups", "eval_dataset", "grouped_batches_needed", "orientation",
+           "padded_shape", "parse_instances", "reference_boxes", "resized_size", "train_dataset", "train_example",
+           "trainable"]

@@ -1,0 +1,404 @@
+"""Mask R-CNN (ResNet-50-FPN) on COCO 2017: box AND mask mAP@[.5:.95] over val2017 after every epoch (MLPerf object
+detection, heavyweight).
+
+As the MLPerf reference (mlcommons/training 0badcd1786fcb007725ed05f1c44e9d80bbeac52, object_detection/pytorch, a
+maskrcnn-benchmark fork; config configs/e2e_mask_rcnn_R_50_FPN_1x.yaml over maskrcnn_benchmark/config/defaults.py;
+paths below are under maskrcnn_benchmark/):
+- model: layers.maskrcnn (MSRA ResNet-50 with frozen stem, res2 and batch norms, FPN P2-P6, RPN, ROIAlign box and
+  mask heads; its docstring cites each piece); the backbone starts from Detectron's ImageNet-trained R-50
+  (MODEL.WEIGHT catalog://ImageNetPretrained/MSRA/R-50) when --backbone_weights is given (python -m
+  data_prep.maskrcnn_backbone converts it), else from random weights;
+- input: inputs.maskrcnn (short side 800, long side <= 1333, flip p 0.5, aspect-ratio grouping; the training set is
+  the 117,266 images with a usable annotation, the eval set all 5,000 val2017 images);
+- optimisation (solver/build.py make_optimizer, solver/lr_scheduler.py, engine/trainer.py): torch.optim.SGD with
+  momentum 0.9 (optimizers.MomentumSGD, the same update), weight decay 1e-4 on weights and 0 on biases
+  (WEIGHT_DECAY_BIAS), biases at 2x the learning rate (BIAS_LR_FACTOR); base LR 0.02 per 16 images
+  (SOLVER.BASE_LR at IMS_PER_BATCH 16, scaled linearly: the rules' 0.02 x K); WarmupMultiStepLR with linear warmup
+  from 1/3 over 500 iterations (WARMUP_FACTOR, WARMUP_ITERS) and x0.1 at iterations (60,000, 80,000) x 16 / global
+  batch (SOLVER.STEPS; the MLPerf scaling); at most 90,000 x 16 / batch iterations (MAX_ITER), i.e. 13 epochs;
+- evaluation after every epoch (MLPerf's cadence for Mask R-CNN): 1000 proposals per image (num_image_candidates),
+  score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size and thresholded at 0.5,
+  COCO "bbox" and "segm" AP (metrics.coco.CocoInstanceMetric) of every val image, gathered from every worker and
+  scored once; detections are scaled back to the original image (BoxList.resize) and written as
+  [x, y, x2 - x + 1, y2 - y + 1] (convert("xywh")), as data/datasets/evaluation/coco/coco_eval.py does;
+- target: box mAP >= 0.377 AND mask mAP >= 0.339; MLLOG eval_accuracy {"BBOX": .., "SEGM": ..}.
+
+Differences from the reference, on purpose:
+- Static shapes: images padded to one shape per orientation, ground truth to max_gt objects, proposals to a fixed
+  count, masks box-local at 64x64 (inputs.maskrcnn and layers.maskrcnn say how each one is still the reference's
+  computation, and where the mask targets differ).
+- The epoch (inputs.maskrcnn): steps_per_epoch = ceil(images / global batch) + 1; each orientation group's last
+  batch is filled with its own images again, where the reference ends it with a smaller batch. The reference
+  counts iterations (MAX_ITER), MLPerf counts epochs; the decay steps are iterations as in the reference.
+- The reference's FPN_POST_NMS_TOP_N_TRAIN 2000 counts proposals per batch of a GPU (2 images at its 8 x 2): here
+  1000 per image, which is what MLPerf logs as num_image_candidates.
+- (Not a difference: every batch norm is a fixed affine, so loop.py's averaging of batch-norm statistics before an
+  evaluation has nothing to average.)
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import numpy as np
+
+from mlperf_keras.config import ConfigError
+from mlperf_keras.layers import backbone_weights
+from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+
+# COCO 2017 as the reference reads it, for --dry_run and --synthetic.
+COCO2017 = {"train_images": 117_266, "val_images": 5_000, "num_classes": 81}
+BASE_LEARNING_RATE = 0.02           # per 16 images (SOLVER.BASE_LR at SOLVER.IMS_PER_BATCH 16)
+REFERENCE_BATCH = 16
+MASK_RESOLUTION = 64                # inputs.maskrcnn.MASK_RESOLUTION (no TensorFlow import here)
+# (min_size, max_size) -> padded (height, width) per orientation: inputs.maskrcnn.padded_shape, without TF.
+SIZE_DIVISIBILITY = 32
+
+
+def padded_shape(landscape: bool, min_size: int, max_size: int) -> tuple[int, int]:
+    short = math.ceil(min_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
+    long = math.ceil(max_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
+    return (short, long) if landscape else (long, short)
+
+
+def spec_of(hp: dict):
+    """The layers.maskrcnn.Spec that the hyperparameters describe."""
+    from mlperf_keras.layers import maskrcnn
+
+    fields = {f.name for f in dataclasses.fields(maskrcnn.Spec)}
+    return maskrcnn.Spec(**{k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in hp.items()
+                            if k in fields})
+
+
+def is_bias(variable) -> bool:
+    """The reference's `"bias" in key` of named_parameters: the convolution and dense biases."""
+    return variable.name == "bias" or variable.path.endswith("/bias")
+
+
+class MaskRCNN(Workload):
+    name = "maskrcnn"
+    metric_name = "box/mask mAP"
+    dataset_name = "coco-2017"
+    prepare_command = "python -m data_prep.coco --raw_dir=RAW --output_dir=DATA"
+    throughput_unit = "images"
+    train_flops_per_sample = 1.5e12   # estimate at 800x1333 (MLPERF.md: 1.2-1.7 TFLOP per training image)
+    uses_backbone_weights = True
+    # On 2 shared cores: seed 1 reached box 0.32 / mask 0.48 after 9 epochs, seed 2 box 0.33 / mask 0.44 after 12
+    # (about 5 minutes each); seed 1 left running stayed at box 0.4-0.5 / mask 0.5-0.67 from epoch 12 to 23.
+    demo_target = {"bbox": 0.3, "segm": 0.3}
+    # A 1-1-1-1 ResNet of width 8 with 32-channel FPN and heads (a shared 2-core CPU trains it at about a second per
+    # step of 4 images of 160 x 256; with the reference's 256 channels: 8 s), 160-pixel images, the reference's LR
+    # per 16 images. Its batch norms train: from random weights the fixed affines (identity at initialisation) leave
+    # the activations unnormalised, and the classifier loss spiked at this LR and diverged at 4x it.
+    demo_hparams = {"block_sizes": (1, 1, 1, 1), "width": 8, "fpn_channels": 32, "representation_size": 128,
+                    "mask_conv_layers": (32, 32, 32, 32), "frozen_batch_norm": False, "frozen_stages": 0,
+                    "pre_nms_train": 64, "pre_nms_test": 64,
+                    "proposals_per_image": 64, "roi_batch": 32, "max_gt": 8, "detections_per_image": 20,
+                    "min_size": 160, "max_size": 256, "batch_size": 4, "learning_rate": BASE_LEARNING_RATE,
+                    "warmup_steps": 50, "decay_steps": (128, 150), "max_iterations": 160, "shuffle_buffer": 256}
+    # TensorFlow's XLA did not finish compiling even the tiny detector within 10 minutes on a 2-core CPU
+    # (tests/test_maskrcnn_losses.py); the demo runs its steps as plain tf.functions.
+    demo_jit_compile = False
+
+    def reference_hparams(self, ruleset: str) -> dict:
+        from mlperf_keras.layers import maskrcnn
+
+        spec = maskrcnn.Spec()
+        return {
+            "num_classes": COCO2017["num_classes"],
+            "block_sizes": spec.block_sizes, "width": spec.width, "fpn_channels": spec.fpn_channels,
+            "representation_size": spec.representation_size, "mask_conv_layers": spec.mask_conv_layers,
+            "frozen_batch_norm": spec.frozen_batch_norm, "frozen_stages": spec.frozen_stages,
+            "pre_nms_train": spec.pre_nms_train, "pre_nms_test": spec.pre_nms_test,
+            "proposals_per_image": spec.proposals_per_image,    # num_image_candidates
+            "roi_batch": spec.roi_batch, "max_gt": spec.max_gt, "detections_per_image": spec.detections_per_image,
+            "batch_size": REFERENCE_BATCH,      # global, when neither --batch_size nor a preset gives one
+            "eval_batch_size": 0,               # per worker; 0: the per-worker training batch
+            "learning_rate": BASE_LEARNING_RATE,   # per 16 images
+            "momentum": 0.9,
+            "weight_decay": 1e-4,
+            "weight_decay_bias": 0.0,
+            "bias_lr_factor": 2.0,
+            "warmup_steps": 500,                # iterations, whatever the batch (WARMUP_ITERS)
+            "warmup_factor": 1.0 / 3,
+            "decay_steps": (60_000, 80_000),    # iterations at batch 16, scaled by 16 / global batch
+            "decay_factor": 0.1,
+            "max_iterations": 90_000,           # at batch 16 (MAX_ITER): sets the default --max_epochs
+            "min_size": 800,
+            "max_size": 1333,
+            "shuffle_buffer": 1024,             # records, per worker
+            **{k: v for k, v in COCO2017.items() if k != "num_classes"},
+        }
+
+    def dataset_hparams(self, manifest):
+        if manifest is None:
+            return {}
+        counts = manifest["counts"]
+        return {"num_classes": counts["num_classes"] + 1, "train_images": counts["train_images_annotated"],
+                "val_images": counts["val_images"]}
+
+    def default_epochs(self, hparams: dict) -> int:
+        return max(1, math.ceil(hparams["max_iterations"] * REFERENCE_BATCH / hparams["train_images"]))
+
+    def default_global_batch(self, hparams, num_workers, per_worker_preset):
+        return per_worker_preset * num_workers if per_worker_preset else hparams["batch_size"]
+
+    def describe(self, config):
+        model = self.build_model(config)
+        total = model.count_params()
+        trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+        frozen_affine = sum(int(np.prod(v.shape)) for v in model.non_trainable_variables
+                            if v.path.endswith(("/scale", "/bias")))   # layers.resnet.FrozenAffine
+        spec = spec_of(config.hparams)
+        return [f"weights: {total} = {total - frozen_affine} convolution/dense weights and biases (torchvision's "
+                f"maskrcnn_resnet50_fpn counts 44,347,573 at 81 classes) + {frozen_affine} frozen batch-norm "
+                f"affines (buffers in the reference); trainable: {trainable} (the stem and res2 are frozen)",
+                f"proposals per image: {spec.proposals_per_image} (num_image_candidates); images padded to "
+                f"{padded_shape(True, config.hparams['min_size'], config.hparams['max_size'])} landscape, "
+                f"{padded_shape(False, config.hparams['min_size'], config.hparams['max_size'])} portrait"]
+
+    # ---- model, optimizer, loss ----
+
+    def check(self, config, manifest):
+        hp = config.hparams
+        if not 0 < hp["warmup_factor"] <= 1:
+            raise ConfigError(f"warmup_factor={hp['warmup_factor']}: in (0, 1] (the reference's 1/3; the checker "
+                              f"demands > 0)")
+        if hp["warmup_steps"] < 0:
+            raise ConfigError(f"warmup_steps={hp['warmup_steps']}: at least 0")
+        steps = list(hp["decay_steps"])
+        if len(steps) != 2 or steps != sorted(steps) or steps[0] <= 0:
+            raise ConfigError(f"decay_steps={hp['decay_steps']}: two increasing iterations at batch 16 (the "
+                              f"reference's 60000-80000; the checker demands two)")
+        if not 0 < hp["min_size"] <= hp["max_size"]:
+            raise ConfigError(f"min_size={hp['min_size']}, max_size={hp['max_size']}: 0 < min_size <= max_size")
+        if hp["proposals_per_image"] < 1 or hp["roi_batch"] < 1 or hp["max_gt"] < 1:
+            raise ConfigError("proposals_per_image, roi_batch and max_gt must be positive")
+        if manifest is not None and not config.demo and config.backbone_weights is None:
+            raise ConfigError("--model=maskrcnn on real data needs --backbone_weights: the reference starts from "
+                              "Detectron's ImageNet-trained R-50 (convert R-50.pkl with python -m "
+                              "data_prep.maskrcnn_backbone); --backbone_weights=none trains from random weights")
+
+    def build_model(self, config):
+        from mlperf_keras.layers import maskrcnn
+
+        model = maskrcnn.MaskRCNN(spec_of(config.hparams), seed=config.seed)
+        model.built = True   # its three parts are functional models, built already
+        if config.backbone_weights not in (None, "none"):
+            maskrcnn.load_backbone_weights(model, config.backbone_weights)
+        return model
+
+    def _schedule(self, config) -> dict:
+        """The learning-rate schedule's numbers: what build_optimizer uses and mllog_hparams logs."""
+        hp = config.hparams
+        batch = config.global_batch_size
+        return {"base": hp["learning_rate"] * batch / REFERENCE_BATCH, "warmup_steps": int(hp["warmup_steps"]),
+                "warmup_factor": float(hp["warmup_factor"]),
+                "milestones": [int(s) * REFERENCE_BATCH // batch for s in hp["decay_steps"]],
+                "gamma": float(hp["decay_factor"])}
+
+    def build_optimizer(self, config, steps_per_epoch):
+        from mlperf_keras import optimizers
+
+        hp = config.hparams
+        s = self._schedule(config)
+        schedule = optimizers.WarmupMultiStepLR(s["base"], s["warmup_steps"], s["warmup_factor"], s["milestones"],
+                                                s["gamma"])
+        if hp["weight_decay_bias"] not in (0, hp["weight_decay"]):
+            raise ConfigError("weight_decay_bias: 0 (the reference's) or the weight decay itself")
+        decay_biases = hp["weight_decay_bias"] == hp["weight_decay"]
+        return optimizers.MomentumSGD(schedule, momentum=hp["momentum"], weight_decay=hp["weight_decay"],
+                                      decay=lambda v: decay_biases or not is_bias(v),
+                                      lr_multiplier=lambda v: hp["bias_lr_factor"] if is_bias(v) else 1.0)
+
+    def loss(self, y_true, y_pred):
+        from mlperf_keras.layers import maskrcnn
+
+        return maskrcnn.total_loss(y_true, y_pred)
+
+    # ---- data ----
+
+    def steps_per_epoch(self, config, manifest):
+        images = manifest["counts"]["train_images_annotated"] if manifest else config.hparams["train_images"]
+        return math.ceil(images / config.global_batch_size) + 1
+
+    def _eval_batch(self, config) -> int:
+        return config.hparams["eval_batch_size"] or config.per_worker_batch_size
+
+    def train_data(self, config, dist, manifest):
+        from mlperf_keras.inputs import records
+
+        paths = records.worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
+        return _CocoTrainData(config, dist, paths, self.steps_per_epoch(config, manifest))
+
+    def synthetic_train_data(self, config, dist):
+        return _SyntheticTrainData(config, dist.rank, self.steps_per_epoch(config, None))
+
+    def evaluator(self, config, dist, manifest):
+        if manifest is None:
+            return _SyntheticEvaluator(config, dist, self._eval_batch(config))
+        from mlperf_keras.inputs import records
+
+        paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
+        annotations = [f["name"] for f in manifest["files"] if f.get("split") == "annotations"]
+        return _CocoEvaluator(config, dist, paths, os.path.join(config.data_dir, annotations[0]),
+                              manifest["categories"], manifest["counts"]["val_images"], self._eval_batch(config))
+
+    # ---- MLLOG ----
+
+    def mllog_hparams(self, config):
+        hp = config.hparams
+        s = self._schedule(config)
+        return {"opt_base_learning_rate": s["base"], "opt_weight_decay": hp["weight_decay"],
+                "opt_learning_rate_warmup_steps": s["warmup_steps"],
+                "opt_learning_rate_warmup_factor": s["warmup_factor"],
+                "opt_learning_rate_decay_factor": s["gamma"], "opt_learning_rate_decay_steps": s["milestones"],
+                "num_image_candidates": hp["proposals_per_image"], "min_image_size": hp["min_size"],
+                "max_image_size": hp["max_size"],
+                "backbone_weights": backbone_weights.weights_id(config.backbone_weights)}
+
+    def mllog_accuracy(self, metric, config):
+        return {"BBOX": metric["bbox"], "SEGM": metric["segm"]}
+
+    # ---- demo ----
+
+    def write_demo_raw(self, raw_dir, log):
+        from data_prep import demo_coco
+
+        log(f"demo: generating a small COCO-format dataset with masks under {raw_dir}")
+        # Both orientations, so the demo trains both padded shapes as the real data does.
+        demo_coco.write_raw(raw_dir, num_train=64, num_val=16, size=((160, 320), (160, 320)), seed=2021)
+
+    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
+        from data_prep import coco
+
+        coco.prepare(raw_dir, prepared_dir, train_shards=2, val_shards=1, num_workers=0, overwrite=True, log=log)
+
+
+def instance_results(outputs: dict, index: int, image_id: int, image_size, height: int, width: int,
+                     label_to_category: np.ndarray) -> tuple[np.ndarray, list]:
+    """One image's detections (MaskRCNN's inference outputs, batch row `index`) -> COCO rows [K, 7] in original-image
+    pixels and their K RLE masks: boxes scaled by (width / resized width, height / resized height) as BoxList.resize,
+    rows [x1, y1, x2 - x1 + 1, y2 - y1 + 1] as convert("xywh"), masks pasted (metrics.coco.paste_mask)."""
+    from mlperf_keras.metrics import coco
+
+    valid = np.asarray(outputs["valid"][index], bool)
+    boxes = np.asarray(outputs["boxes"][index], np.float64)[valid]
+    scores = np.asarray(outputs["scores"][index], np.float64)[valid]
+    labels = np.asarray(outputs["labels"][index], np.int64)[valid]
+    masks = np.asarray(outputs["masks"][index], np.float32)[valid]
+    if len(labels) and (labels.max() >= len(label_to_category) or (label_to_category[labels] < 0).any()):
+        raise ValueError(f"detections of labels {sorted(set(labels.tolist()))} that the categories do not map")
+    resized_h, resized_w = (float(v) for v in image_size)
+    boxes = boxes * np.array([width / resized_w, height / resized_h] * 2)
+    rows = np.stack([np.full(len(scores), float(image_id)), boxes[:, 0], boxes[:, 1],
+                     boxes[:, 2] - boxes[:, 0] + 1, boxes[:, 3] - boxes[:, 1] + 1, scores,
+                     label_to_category[labels].astype(np.float64)], axis=1) if len(scores) else np.zeros((0, 7))
+    rles = [coco.encode_mask(coco.paste_mask(m, b, int(height), int(width))) for m, b in zip(masks, boxes)]
+    return rows, rles
+
+
+class _CocoTrainData(TrainData):
+    def __init__(self, config, dist, paths, steps):
+        from mlperf_keras.inputs import maskrcnn
+
+        self.config, self.rank, self.paths, self.steps_per_epoch = config, dist.rank, paths, steps
+        # This worker's trainable images per orientation, counted once (one read of its files): every epoch serves
+        # each of them once and fails up front when its grouped batches do not fit in an epoch.
+        self.groups = maskrcnn.count_groups(paths)
+        maskrcnn.check_epoch_fits(self.groups, config.per_worker_batch_size, steps, paths)
+        self.samples_per_epoch = int(dist.sum_across_workers([float(sum(self.groups))])[0])
+
+    def batches(self, epoch):
+        from mlperf_keras.inputs import maskrcnn, records
+
+        hp = self.config.hparams
+        return records.backend_batches(maskrcnn.train_dataset(
+            self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
+            batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
+            shuffle_buffer=hp["shuffle_buffer"], min_size=hp["min_size"], max_size=hp["max_size"],
+            max_gt=hp["max_gt"], groups=self.groups))
+
+
+def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
+    """One landscape batch of the real shapes (NumPy only): random pixels, seven objects per image (COCO's mean is
+    about 7.3) with random classes, box-local masks of random ellipses."""
+    rng = np.random.default_rng(seed)
+    height, width = padded_shape(True, hp["min_size"], hp["max_size"])
+    g, r = hp["max_gt"], MASK_RESOLUTION
+    objects = min(7, g)
+    x1 = rng.uniform(0, width * 0.7, (batch, objects))
+    y1 = rng.uniform(0, height * 0.7, (batch, objects))
+    w, h = rng.uniform(16, width * 0.3, (batch, objects)), rng.uniform(16, height * 0.3, (batch, objects))
+    boxes = np.zeros((batch, g, 4), np.float32)
+    boxes[:, :objects] = np.stack([x1, y1, x1 + w, y1 + h], axis=-1)
+    classes = np.zeros((batch, g), np.int32)
+    classes[:, :objects] = rng.integers(1, hp["num_classes"], (batch, objects))
+    yy, xx = np.mgrid[0:r, 0:r] / (r - 1) * 2 - 1
+    masks = np.zeros((batch, g, r, r), np.uint8)
+    masks[:, :objects] = (xx ** 2 + yy ** 2 <= 1)[None, None]
+    inputs = {"images": rng.integers(0, 256, (batch, height, width, 3), dtype=np.uint8),
+              "image_sizes": np.tile(np.array([[height, width]], np.int32), (batch, 1)),
+              "gt_boxes": boxes, "gt_classes": classes, "gt_masks": masks}
+    return inputs, np.zeros(batch, np.float32)
+
+
+class _SyntheticTrainData(TrainData):
+    def __init__(self, config, rank, steps):
+        self.batch = synthetic_batch(config.hparams, config.per_worker_batch_size, config.seed + rank)
+        self.steps_per_epoch, self.samples_per_epoch = steps, config.hparams["train_images"]
+
+    def batches(self, epoch):
+        for _ in range(self.steps_per_epoch):
+            yield self.batch
+
+
+class _CocoEvaluator(Evaluator):
+    """COCO box and mask mAP over every val image: each worker predicts its shards, the detections and masks are
+    gathered and scored once (metrics.coco.CocoInstanceMetric)."""
+
+    def __init__(self, config, dist, paths, annotation_file, categories, total, batch):
+        from mlperf_keras.metrics import coco
+
+        self.config, self.dist, self.paths = config, dist, paths
+        self.annotation_file, self.num_samples, self.batch = annotation_file, total, batch
+        self.label_to_category = coco.label_to_category_table(categories)
+        self.metric = None
+
+    def evaluate(self, predict):
+        from mlperf_keras.inputs import maskrcnn, records
+        from mlperf_keras.metrics import coco
+
+        hp = self.config.hparams
+        if self.metric is None:  # the chief loads the annotations once, at the first evaluation
+            self.metric = coco.CocoInstanceMetric(self.annotation_file, self.dist, expected_images=self.num_samples)
+        self.metric.reset()
+        dataset = maskrcnn.eval_dataset(self.paths, batch_size=self.batch, min_size=hp["min_size"],
+                                        max_size=hp["max_size"])
+        for batch in records.backend_batches(dataset):
+            outputs = predict({"images": batch["images"], "image_sizes": batch["image_sizes"]})
+            ids, sizes = np.asarray(batch["image_id"]), np.asarray(batch["image_sizes"])
+            heights, widths = np.asarray(batch["height"]), np.asarray(batch["width"])
+            for i in np.flatnonzero(ids >= 0):
+                rows, rles = instance_results(outputs, i, int(ids[i]), sizes[i], int(heights[i]), int(widths[i]),
+                                              self.label_to_category)
+                self.metric.add_image(int(ids[i]), rows, rles)
+        return self.metric.result()
+
+
+class _SyntheticEvaluator(Evaluator):
+    """The eval forward passes over as many random images as the val set has; the numbers mean nothing."""
+
+    def __init__(self, config, dist, batch):
+        hp = config.hparams
+        self.dist, self.num_samples = dist, hp["val_images"]
+        self.local = hp["val_images"] // dist.world_size + (dist.rank < hp["val_images"] % dist.world_size)
+        inputs, _ = synthetic_batch(hp, batch, config.seed + 7)
+        self.inputs = {"images": inputs["images"], "image_sizes": inputs["image_sizes"]}
+
+    def evaluate(self, predict):
+        for _ in range(0, self.local, len(self.inputs["images"])):
+            predict(self.inputs)
+        bbox, segm = self.dist.sum_across_workers([0.0, 0.0])
+        return {"bbox": float(bbox), "segm": float(segm)}
