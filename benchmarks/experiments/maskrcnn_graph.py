@@ -65,6 +65,41 @@ def our_batch(args, num_classes: int):
             "gt_boxes": pad(boxes), "gt_classes": pad(classes), "gt_masks": pad(masks)}
 
 
+VARIANTS = {
+    "barrier": "ROI boxes and matched indices materialised (jax.lax.optimization_barrier) before ROIAlign and "
+               "mask_targets, so XLA cannot fuse their computation into every gathered element",
+    "mask_logits_bf16": "the mask head's 1x1 logits convolution in bf16 (the policy's compute dtype), its output "
+                        "cast to float32",
+}
+
+
+def apply_variants(names: str, maskrcnn) -> None:
+    """Patch the graph's module for the named VARIANTS (measurements only)."""
+    import jax
+    import keras
+
+    for name in filter(None, names.split(",")):
+        if name not in VARIANTS:
+            raise SystemExit(f"unknown variant {name!r}: {', '.join(VARIANTS)}")
+        if name == "barrier":
+            roi_align, mask_targets = maskrcnn.multilevel_roi_align, maskrcnn.mask_targets
+            maskrcnn.multilevel_roi_align = lambda f, boxes, *a, **k: roi_align(
+                f, jax.lax.optimization_barrier(boxes), *a, **k)
+            maskrcnn.mask_targets = lambda masks, rois, instance, *a, **k: mask_targets(
+                masks, *jax.lax.optimization_barrier((rois, instance)), *a, **k)
+        if name == "mask_logits_bf16":
+            original = maskrcnn.mask_head_model
+
+            def mask_head_model(num_classes=maskrcnn.NUM_CLASSES, name="mask_head"):
+                head = original(num_classes, name)
+                features = head.get_layer("conv5_mask").output
+                logits = keras.layers.Conv2D(num_classes, 1, kernel_initializer=maskrcnn._kaiming_normal_fan_out(),
+                                             name="mask_fcn_logits")(features)
+                logits = keras.layers.Activation("linear", dtype="float32", name="mask_logits_float32")(logits)
+                return keras.Model(head.input, logits, name=name)
+            maskrcnn.mask_head_model = mask_head_model
+
+
 def timed(fn, *args, steps: int, warmup: int = 2):
     """Milliseconds per call of a jitted fn, called back to back (outputs awaited at the end); -> (ms, compile s)."""
     import jax
@@ -99,6 +134,7 @@ def main(argv=None):
     parser.add_argument("--split", action="store_true", help="also time the forward's parts on their own")
     parser.add_argument("--no_step", action="store_true", help="only the split")
     parser.add_argument("--tiny", action="store_true", help="maskrcnn.TINY_SPEC (a check of this script on a CPU)")
+    parser.add_argument("--variant", default="", help="comma-separated changes to time: " + ", ".join(VARIANTS))
     parser.add_argument("--trace_dir", default="", help="write a jax.profiler trace of two steps here")
     parser.add_argument("--json_out", default="")
     args = parser.parse_args(argv)
@@ -114,6 +150,7 @@ def main(argv=None):
 
     import dataclasses
 
+    apply_variants(args.variant, maskrcnn)
     spec = maskrcnn.TINY_SPEC if args.tiny else maskrcnn.Spec()
     spec = spec if args.max_gt is None else dataclasses.replace(spec, max_gt=args.max_gt)
     args.max_gt = spec.max_gt
@@ -122,7 +159,7 @@ def main(argv=None):
     model = maskrcnn.MaskRCNN(spec, seed=1)
     common = {"batch": args.batch, "image": [args.height, args.width], "content": [args.content_height,
               args.content_width], "objects": args.objects, "max_gt": spec.max_gt, "precision": args.precision,
-              "backend": keras.backend.backend(), "jax": jax.__version__, "device": str(jax.devices()[0].device_kind)}
+              "variant": args.variant or "as committed", "backend": keras.backend.backend(), "jax": jax.__version__, "device": str(jax.devices()[0].device_kind)}
 
     def report(part, ms, **extra):
         line = {"part": part, "ms": round(ms, 3), **extra, **common}
