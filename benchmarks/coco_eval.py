@@ -138,18 +138,19 @@ def child(backend: str, annotations: str, rows_file: str, masks_file: str | None
             yield
         seconds[stage] = [time.perf_counter() - wall, time.process_time() - cpu]
 
+    def stages(results, iou_type, prefix=""):  # loadRes to summarize, each timed -> the COCOeval
+        with timed(prefix + "loadRes"):
+            dt = gt.loadRes(results)
+        evaluation = COCOeval(gt, dt, iouType=iou_type)
+        evaluation.print_function = lambda *args: None
+        for stage in ("evaluate", "accumulate", "summarize"):
+            with timed(prefix + stage):
+                getattr(evaluation, stage)()
+        return evaluation
+
     with timed("load"):
         gt = COCO(annotations)
-    with timed("loadRes"):
-        dt = gt.loadRes(rows)
-    evaluation = COCOeval(gt, dt, iouType="bbox")
-    evaluation.print_function = lambda *args: None
-    with timed("evaluate"):
-        evaluation.evaluate()
-    with timed("accumulate"):
-        evaluation.accumulate()
-    with timed("summarize"):
-        evaluation.summarize()
+    evaluation = stages(rows, "bbox")
     with timed("evaluate_detections"):  # the metric's path, on the loaded index
         stats = coco.evaluate_detections(gt, rows)
     if not np.array_equal(stats, np.asarray(evaluation.stats)):
@@ -161,16 +162,7 @@ def child(backend: str, annotations: str, rows_file: str, masks_file: str | None
         segmentations = json.load(f)
     results = [{"image_id": int(r[0]), "category_id": int(r[6]), "segmentation": seg, "score": float(r[5])}
                for r, seg in zip(rows, segmentations)]
-    with timed("segm_loadRes"):
-        dt = gt.loadRes(results)
-    evaluation = COCOeval(gt, dt, iouType="segm")
-    evaluation.print_function = lambda *args: None
-    with timed("segm_evaluate"):
-        evaluation.evaluate()
-    with timed("segm_accumulate"):
-        evaluation.accumulate()
-    with timed("segm_summarize"):
-        evaluation.summarize()
+    evaluation = stages(results, "segm", "segm_")
     with timed("evaluate_instances"):  # the metric's path: box and mask evaluation of the same detections
         both = coco.evaluate_instances(gt, rows, segmentations)
     if not (np.array_equal(both["bbox"], stats) and np.array_equal(both["segm"], np.asarray(evaluation.stats))):
