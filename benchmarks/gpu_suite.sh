@@ -5,6 +5,8 @@
 #   bash benchmarks/gpu_suite.sh scaling   # 1 and 2 GPUs, per-GPU batch fixed (weak scaling), JAX DataParallel
 #   bash benchmarks/gpu_suite.sh gnmt      # GNMT against its PyTorch peer on our own batch (eager and compiled),
 #                                          # and beam-5 decoding sentences/s
+#   bash benchmarks/gpu_suite.sh maskrcnn  # Mask R-CNN against torchvision's (same image size, ROI counts, objects);
+#                                          # SPLIT=1 also times the parts of our graph on their own
 #   bash benchmarks/gpu_suite.sh transformer  # the Transformer against its peer on our own batch, and step variants
 #                                             # (VARIANTS="flags;flags;..." picks benchmarks/transformer_variants.py runs)
 # Each result is one JSON line appended to $OUT/results.jsonl.
@@ -19,7 +21,7 @@ export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 # Never use NVLink multicast on shared hosts (the device README's rule).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 STEPS=${STEPS:-30}
-declare -A BATCH=([ncf]=1048576 [resnet]=256 [ssd]=128 [transformer]=8192 [gnmt]=256)
+declare -A BATCH=([ncf]=1048576 [resnet]=256 [ssd]=128 [transformer]=8192 [gnmt]=256 [maskrcnn]=8)
 MODELS=${MODELS:-"ncf resnet ssd transformer"}
 RUNS=/tmp/gpu_suite_runs  # one JSON per run (only a few files may come back from $OUT)
 mkdir -p "$RUNS"
@@ -83,5 +85,17 @@ case "${1:-}" in
         || echo "FAILED: gnmt peer $extra"
       [ -z "$extra" ] || ours gnmt 0 256 decode_1gpu --decode_batches=2
     done ;;
-  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|transformer|gnmt" >&2; exit 2 ;;
+  maskrcnn)
+    # 8 images of 800 x 1333 padded to 800 x 1344 per GPU (flags/h200.flags; NVIDIA's v0.7 runs used 6 per GPU),
+    # 7 objects each. Ours: the benchmark once the workload is registered, else the graph on its own
+    # (benchmarks/experiments/maskrcnn_graph.py: MaskRCNN(Spec()) and steps.make_train_step's jitted step).
+    batch=${BATCH[maskrcnn]}
+    CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model=maskrcnn --batch_size="$batch" --steps="$STEPS" \
+      --warmup_steps=5 2>&1 | tee "$OUT/maskrcnn_peer.log" | grep '^{' | tee -a "$OUT/results.jsonl" || echo "FAILED: peer maskrcnn"
+    if python3 -c "from mlperf_keras import registry; registry.get('maskrcnn')" 2>/dev/null; then
+      ours maskrcnn 0 "$batch" ours_1gpu
+    fi
+    CUDA_VISIBLE_DEVICES=0 python3 benchmarks/experiments/maskrcnn_graph.py --batch="$batch" --steps="$STEPS" \
+      ${SPLIT:+--split} --json_out="$OUT/results.jsonl" 2>&1 | tee "$OUT/maskrcnn_ours.log" | grep -E '^\{|rror' || echo "FAILED: maskrcnn graph" ;;
+  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|transformer|gnmt|maskrcnn" >&2; exit 2 ;;
 esac

@@ -9,6 +9,8 @@ reference's SSD-ResNet34 (ssd300.py and base_model.py's Loss, rewritten here: to
 with layer3's stride removed, the extra layers, 3x3 heads, smooth L1 + hard-negative-mined cross-entropy); all steps
 are torch.compile'd (--no_compile: eager). GNMT is the reference's model (rnn_translator/pytorch @ 69dbe8b) on
 cuDNN LSTMs with bf16 autocast (--batch_size counts sentences; tokens = source + target, as NVIDIA publishes).
+Mask R-CNN is torchvision's (ResNet-50-FPN, the reference's ROI counts; eager, bf16 autocast; see maskrcnn_setup),
+--batch_size images of 800 x 1333 padded to 800 x 1344 with a few synthetic objects each.
 Prints one JSON line: samples/s with the same back-to-back timing as mlperf_keras.benchmark's "bare".
 """
 from __future__ import annotations
@@ -19,6 +21,8 @@ import time
 
 import torch
 import torch.nn as nn
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU only to check a peer runs (maskrcnn)
 
 
 class NeuMF(nn.Module):
@@ -292,7 +296,62 @@ def gnmt_setup(batch, seq_len=32, batch_file=None):
     return step, int((source != 0).sum() + (labels != 0).sum())
 
 
-PEERS = {"gnmt": gnmt_setup, "ncf": ncf_setup, "resnet": resnet_setup, "ssd": ssd_setup, "transformer": transformer_setup}
+def maskrcnn_setup(batch, height=800, width=1333, objects=7):
+    """torchvision's Mask R-CNN (ResNet-50-FPN) as `maskrcnn_resnet50_fpn(weights=...)` builds it (frozen batch
+    norms, conv1 and layer1 frozen: the reference's FREEZE_CONV_BODY_AT 2), untrained, 81 classes: 44,347,573
+    parameters. ROI counts as the MLPerf reference's (and ours): 2000 per level before NMS, NMS 0.7, 1000
+    proposals per image after it (torchvision's post_nms_top_n counts per image; its default is 2000), 256 RPN
+    anchors per image at 50% positives, 512 ROIs per image at 25%. Images of height x width (800 x 1333, the
+    reference's resize of a 3:5 image) with min_size=height, max_size=width: GeneralizedRCNNTransform's resize is then
+    a scale of 1.0 (the size does not change) and it pads the batch to 800 x 1344 (size_divisible 32), the padded
+    shape ours trains on. Ground truth: benchmarks/experiments/maskrcnn_graph.py's synthetic_instances (the same
+    boxes and masks as our benchmark's). Eager: torch.compile does not take torchvision's detection models
+    (data-dependent shapes), and --no_compile is implied."""
+    import os
+    import sys
+
+    import torchvision
+    from torchvision.models.detection import MaskRCNN
+    from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+    from torchvision.ops import misc
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments"))
+    from maskrcnn_graph import synthetic_instances
+
+    backbone = _resnet_fpn_extractor(torchvision.models.resnet50(norm_layer=misc.FrozenBatchNorm2d), 3)
+    # min_size = height, max_size = width (800, 1333 by default: the reference's INPUT.MIN/MAX_SIZE_TRAIN): the
+    # transform's resize keeps every image as it is
+    model = MaskRCNN(backbone, num_classes=81, min_size=height, max_size=width,
+                     rpn_pre_nms_top_n_train=2000, rpn_post_nms_top_n_train=1000, rpn_nms_thresh=0.7,
+                     rpn_batch_size_per_image=256, rpn_positive_fraction=0.5,
+                     box_batch_size_per_image=512, box_positive_fraction=0.25).to(DEVICE)
+    parameters = sum(p.numel() for p in model.parameters())
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    print(json.dumps({"peer_parameters": parameters, "peer_trainable": sum(p.numel() for p in trainable)}))
+    assert parameters == 44_347_573, parameters
+    model.train()
+    opt = torch.optim.SGD(trainable, lr=1e-4, momentum=0.9, weight_decay=1e-4)
+    boxes, classes, masks, images = synthetic_instances(batch, height, width, height, width, objects)
+    images = [torch.from_numpy(i).to(DEVICE).permute(2, 0, 1).float().div(255) for i in images]
+    targets = [{"boxes": torch.from_numpy(b).to(DEVICE), "labels": torch.from_numpy(c).long().to(DEVICE),
+                "masks": torch.from_numpy(m).to(DEVICE)} for b, c, m in zip(boxes, classes, masks)]
+    checked = []
+
+    def step():
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            losses = model(images, targets)
+        loss = sum(losses.values())
+        if not checked:  # the padded batch the model computed on, once
+            checked.append(model.transform(images, targets)[0].tensors.shape)
+            print(json.dumps({"peer_padded_batch": list(checked[0])}))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+PEERS = {"gnmt": gnmt_setup, "maskrcnn": maskrcnn_setup, "ncf": ncf_setup, "resnet": resnet_setup, "ssd": ssd_setup, "transformer": transformer_setup}
 
 
 def main():
@@ -303,6 +362,9 @@ def main():
     parser.add_argument("--warmup_steps", type=int, default=10)
     parser.add_argument("--seq_len", type=int, default=64, help="transformer, gnmt: tokens per sentence (source and "
                         "target)")
+    parser.add_argument("--height", type=int, default=800, help="maskrcnn: image height (before padding to 32)")
+    parser.add_argument("--width", type=int, default=1333, help="maskrcnn: image width (before padding to 32)")
+    parser.add_argument("--objects", type=int, default=7, help="maskrcnn: objects (boxes and masks) per image")
     parser.add_argument("--no_compile", action="store_true", help="time the eager step (gnmt: cuDNN LSTMs run "
                         "eagerly either way)")
     parser.add_argument("--batch_file", help="transformer, gnmt: time this batch instead (an .npz written by "
@@ -317,15 +379,24 @@ def main():
     elif args.model == "gnmt":
         step, gnmt_tokens = setup(args.batch_size, args.seq_len, args.batch_file)
         step = compile_(step)
+    elif args.model == "maskrcnn":  # eager only (see maskrcnn_setup)
+        args.no_compile = True
+        # The mask head's batch is the sampled positives, a count that changes from step to step: cuDNN's
+        # autotuner would search again for every new shape.
+        torch.backends.cudnn.benchmark = False
+        step = setup(args.batch_size, args.height, args.width, args.objects)
     else:
         step = compile_(setup(args.batch_size))
+    sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
     for _ in range(args.warmup_steps):
-        step()
-    torch.cuda.synchronize()
+        loss = step()
+    sync()
+    if not torch.isfinite(loss):
+        raise SystemExit(f"non-finite loss {float(loss)} after the warm-up")
     start = time.perf_counter()
     for _ in range(args.steps):
         step()
-    torch.cuda.synchronize()
+    sync()
     if args.model == "gnmt":  # real source + target tokens, as ours counts them
         samples = gnmt_tokens
     elif args.model != "transformer":
@@ -337,10 +408,12 @@ def main():
     else:
         samples = (args.batch_size // args.seq_len) * args.seq_len
     rate = args.steps * samples / (time.perf_counter() - start)
-    print(json.dumps({"peer": args.model, "samples_per_s": rate, "samples_per_step": samples,
-                      "batch": "ours (padded)" if args.batch_file else "unpadded", "compiled": not args.no_compile,
-                      "torch": torch.__version__,
-                      "device": torch.cuda.get_device_name()}))
+    batch = "ours (padded)" if args.batch_file else "unpadded"
+    if args.model == "maskrcnn":
+        batch = f"{args.height}x{args.width} images padded to multiples of 32, {args.objects} objects each"
+    print(json.dumps({"peer": args.model, "samples_per_s": rate, "samples_per_step": samples, "batch": batch,
+                      "compiled": not args.no_compile, "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"}))
 
 
 if __name__ == "__main__":
