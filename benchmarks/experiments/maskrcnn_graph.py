@@ -65,29 +65,37 @@ def our_batch(args, num_classes: int):
             "gt_boxes": pad(boxes), "gt_classes": pad(classes), "gt_masks": pad(masks)}
 
 
-VARIANTS = {  # each undoes one change, to time it against the committed graph in the same call
-    "no_barrier": "maskrcnn.materialized as the identity: XLA may fuse the ROI sampling and matching into the "
-                  "ROIAlign and mask-target gathers (the graph before the barrier)",
-    "mask_logits_f32": "the mask head's 1x1 logits convolution in float32 (the graph before it ran in bf16)",
+VARIANTS = {
+    "barrier": "ROI boxes and matched indices materialised (jax.lax.optimization_barrier) before ROIAlign and "
+               "mask_targets, so XLA cannot fuse their computation into every gathered element",
+    "mask_logits_bf16": "the mask head's 1x1 logits convolution in bf16 (the policy's compute dtype), its output "
+                        "cast to float32",
 }
 
 
 def apply_variants(names: str, maskrcnn) -> None:
     """Patch the graph's module for the named VARIANTS (measurements only)."""
+    import jax
     import keras
 
     for name in filter(None, names.split(",")):
         if name not in VARIANTS:
             raise SystemExit(f"unknown variant {name!r}: {', '.join(VARIANTS)}")
-        if name == "no_barrier":
-            maskrcnn.materialized = lambda *tensors: tensors
-        if name == "mask_logits_f32":
-            committed = maskrcnn.mask_head_model
+        if name == "barrier":
+            roi_align, mask_targets = maskrcnn.multilevel_roi_align, maskrcnn.mask_targets
+            maskrcnn.multilevel_roi_align = lambda f, boxes, *a, **k: roi_align(
+                f, jax.lax.optimization_barrier(boxes), *a, **k)
+            maskrcnn.mask_targets = lambda masks, rois, instance, *a, **k: mask_targets(
+                masks, *jax.lax.optimization_barrier((rois, instance)), *a, **k)
+        if name == "mask_logits_bf16":
+            original = maskrcnn.mask_head_model
 
             def mask_head_model(num_classes=maskrcnn.NUM_CLASSES, name="mask_head"):
-                head = committed(num_classes, name)
+                head = original(num_classes, name)
+                features = head.get_layer("conv5_mask").output
                 logits = keras.layers.Conv2D(num_classes, 1, kernel_initializer=maskrcnn._kaiming_normal_fan_out(),
-                                             dtype="float32", name="mask_fcn_logits")(head.get_layer("conv5_mask").output)
+                                             name="mask_fcn_logits")(features)
+                logits = keras.layers.Activation("linear", dtype="float32", name="mask_logits_float32")(logits)
                 return keras.Model(head.input, logits, name=name)
             maskrcnn.mask_head_model = mask_head_model
 

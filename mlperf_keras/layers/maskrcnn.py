@@ -121,11 +121,8 @@ def mask_head_model(num_classes: int = NUM_CLASSES, channels: int = FPN_CHANNELS
                           name=f"mask_fcn{i}")(x)
     x = layers.Conv2DTranspose(conv_layers[-1], 2, strides=2, activation="relu",
                                kernel_initializer=_kaiming_normal_fan_out(), name="conv5_mask")(x)
-    # In the compute dtype like every other layer (the reference's runs under AMP, NVIDIA's v0.7 in fp16); only the
-    # output is cast to float32 for the loss. A float32 convolution here (1,024 ROIs x 28 x 28 x 256 -> 81 per step
-    # at 8 images) ran as TF32 GEMMs on an H200 (benchmarks/RESULTS.md, Mask R-CNN).
-    logits = layers.Conv2D(num_classes, 1, kernel_initializer=_kaiming_normal_fan_out(), name="mask_fcn_logits")(x)
-    logits = layers.Activation("linear", dtype="float32", name="mask_logits_float32")(logits)
+    logits = layers.Conv2D(num_classes, 1, kernel_initializer=_kaiming_normal_fan_out(), dtype="float32",
+                           name="mask_fcn_logits")(x)
     return keras.Model(rois, logits, name=name)
 
 
@@ -415,18 +412,6 @@ def mask_targets(gt_masks, gt_boxes, rois, instance, size: int = MASK_SIZE, samp
     return ops.cast(ops.reshape(out, (batch, rois_n, size, size)) >= 0.5, "float32")
 
 
-def materialized(*tensors):
-    """The tensors as computed values. On JAX an optimization barrier: XLA otherwise fuses the computation of the
-    sampled ROIs and their matched ground truth (top-k picks, IoU matching) into the ROIAlign and mask-target gathers
-    that read them and redoes it for every gathered element (on an H200 the mask-target gather alone took 4 ms of a
-    63 ms step; benchmarks/RESULTS.md, Mask R-CNN). The values are unchanged; elsewhere this is the identity."""
-    if keras.backend.backend() == "jax":
-        import jax
-
-        return tuple(jax.lax.optimization_barrier(tensors))
-    return tensors
-
-
 def mask_loss(mask_logits, labels, targets, valid):
     """BCE on each positive ROI's own class: mask_logits (B, P, 28, 28, K), labels (B, P), targets (B, P, 28, 28),
     valid (B, P) (the positive slots)."""
@@ -483,7 +468,6 @@ class MaskRCNN(keras.Model):
                                                                         spec, self.seed_generator)
         rois, labels, valid, box_targets, matched = roi_targets(proposals, proposal_valid, gt_boxes, gt_classes,
                                                                 gt_valid, spec, self.seed_generator)
-        rois, matched = materialized(rois, matched)
         class_logits, box_deltas = self._heads(self.box_head, pyramid, rois, BOX_POOL)
         positives = spec.roi_positives
         mask_rois = rois[:, :positives]
