@@ -58,6 +58,11 @@ def our_batch(args, num_classes: int):
     boxes, classes, masks, images = synthetic_instances(args.batch, args.height, args.width, args.content_height,
                                                         args.content_width, args.objects, num_classes=num_classes)
     g = args.max_gt
+    # The graph takes box-local masks (inputs/maskrcnn.box_masks): the same ellipse, rasterised over its own box.
+    from mlperf_keras.workloads.maskrcnn import MASK_RESOLUTION as m
+    centres = (np.arange(m) + 0.5) / m - 0.5
+    ellipse = (centres[:, None] ** 2 + centres[None, :] ** 2 <= 0.25).astype(np.uint8)
+    masks = np.broadcast_to(ellipse, (*classes.shape, m, m)).copy()
     pad = lambda a, value=0: np.concatenate(  # noqa: E731
         [a, np.full((a.shape[0], g - a.shape[1], *a.shape[2:]), value, a.dtype)], axis=1)
     return {"images": images,
@@ -85,8 +90,8 @@ def apply_variants(names: str, maskrcnn) -> None:
             roi_align, mask_targets = maskrcnn.multilevel_roi_align, maskrcnn.mask_targets
             maskrcnn.multilevel_roi_align = lambda f, boxes, *a, **k: roi_align(
                 f, jax.lax.optimization_barrier(boxes), *a, **k)
-            maskrcnn.mask_targets = lambda masks, rois, instance, *a, **k: mask_targets(
-                masks, *jax.lax.optimization_barrier((rois, instance)), *a, **k)
+            maskrcnn.mask_targets = lambda masks, boxes, rois, instance, *a, **k: mask_targets(
+                masks, boxes, *jax.lax.optimization_barrier((rois, instance)), *a, **k)
         if name == "mask_logits_bf16":
             original = maskrcnn.mask_head_model
 
@@ -292,7 +297,7 @@ def main(argv=None):
     rois, roi_labels, roi_valid, box_targets, matched = roi_fn(proposals, proposal_valid, gt_boxes, gt_classes,
                                                                gt_valid)
     mask_rois = rois[:, :spec.roi_positives]
-    report("mask_targets", timed(jax.jit(lambda m, r, i: maskrcnn.mask_targets(m, r, i)), x["gt_masks"], mask_rois,
+    report("mask_targets", timed(jax.jit(lambda m, r, i: maskrcnn.mask_targets(m, gt_boxes, r, i)), x["gt_masks"], mask_rois,
                                  matched[:, :spec.roi_positives], steps=n)[0])
 
     for name, r, pool in (("box", rois, maskrcnn.BOX_POOL), ("mask", mask_rois, maskrcnn.MASK_POOL)):
