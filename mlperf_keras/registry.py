@@ -5,7 +5,7 @@ import importlib
 
 from mlperf_keras.config import MODEL_NAMES, ConfigError
 
-# name -> (module, class); None = not built yet, with the issue that builds it.
+# name -> (module, class), imported only when asked for (no TensorFlow import before a run needs it).
 _WORKLOADS = {
     "ncf": ("mlperf_keras.workloads.ncf", "NCF"),
     "resnet": ("mlperf_keras.workloads.resnet", "ResNet50"),
@@ -18,16 +18,12 @@ assert set(_WORKLOADS) == set(MODEL_NAMES)
 
 
 def available() -> list[str]:
-    return sorted(name for name, entry in _WORKLOADS.items() if entry)
+    return sorted(_WORKLOADS)
 
 
 def get(name: str):
     """An instance of the named workload, or a ConfigError that says what exists."""
     if name not in _WORKLOADS:
         raise ConfigError(f"unknown --model={name!r}; MLPerf workloads: {', '.join(MODEL_NAMES)}")
-    entry = _WORKLOADS[name]
-    if entry is None:
-        raise ConfigError(f"--model={name} is not built yet in this version of mlperf_keras; "
-                          f"built: {', '.join(available())}")
-    module, cls = entry
+    module, cls = _WORKLOADS[name]
     return getattr(importlib.import_module(module), cls)()

@@ -163,7 +163,6 @@ def test_dry_run_prints_reference_parameter_count():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model=maskrcnn"], "--model=maskrcnn is not built yet"),
     (["--hparams=mf_dims=3"], "unknown hyperparameter 'mf_dims'; valid keys: batch_size"),
     (["--data_dir=/nonexistent/ml"], "/nonexistent/ml: no such folder"),
     (["--batch_size=0"], "--batch_size must be positive"),
