@@ -223,7 +223,7 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
     norm there: on 2 Intel Xeon cores at 60 epochs LR 0.02 reached a best mAP of 0.093 (0.01: 0.070, 0.03: 0.087;
     0.05 stayed near 0 and 0.15 diverged). TensorFlow's CPU kernels differ by processor: on 2 AMD EPYC cores the same
     run reaches 0.039 (0.01: 0.011, 0.03: 0.024), the same figure in every run there, so the rise asked for is 0.02
-    (an untrained model scores 0.000-0.002 here); the loss criterion carries the rest."""
+    (the first evaluation, after one step, scores 0.0); the loss criterion carries the rest."""
     workload, manifest, config, dist = resolve(data_dir=prepared_same_val, output_dir=str(tmp_path), ruleset="0.7",
                                                max_epochs=60, batch_size=8, jit_compile=False,
                                                hparams="width=8,shuffle_buffer=16,warmup_epochs=1,learning_rate=0.02,"
