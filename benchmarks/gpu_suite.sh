@@ -6,7 +6,8 @@
 #   bash benchmarks/gpu_suite.sh gnmt      # GNMT against its PyTorch peer on our own batch (eager and compiled),
 #                                          # and beam-5 decoding sentences/s
 #   bash benchmarks/gpu_suite.sh maskrcnn  # Mask R-CNN against torchvision's (same image size, ROI counts, objects);
-#                                          # SPLIT=1 also times the parts of our graph on their own
+#                                          # GRAPH_VARIANTS="roi_f32" also times graph variants, SPLIT=1 the parts
+#                                          # of our graph on their own
 #   bash benchmarks/gpu_suite.sh transformer  # the Transformer against its peer on our own batch, and step variants
 #                                             # (VARIANTS="flags;flags;..." picks benchmarks/transformer_variants.py runs)
 # Each result is one JSON line appended to $OUT/results.jsonl.
@@ -87,15 +88,18 @@ case "${1:-}" in
     done ;;
   maskrcnn)
     # 8 images of 800 x 1333 padded to 800 x 1344 per GPU (flags/h200.flags; NVIDIA's v0.7 runs used 6 per GPU),
-    # 7 objects each. Ours: the benchmark once the workload is registered, else the graph on its own
-    # (benchmarks/experiments/maskrcnn_graph.py: MaskRCNN(Spec()) and steps.make_train_step's jitted step).
+    # 7 objects each. Ours (the workload's benchmark), then torchvision's in the same call, then our graph on its own
+    # (benchmarks/experiments/maskrcnn_graph.py: MaskRCNN(Spec()) and steps.make_train_step's jitted step) as
+    # committed and with each of GRAPH_VARIANTS ("a,b;c": runs separated by ';').
     batch=${BATCH[maskrcnn]}
+    ours maskrcnn 0 "$batch" ours_1gpu
     CUDA_VISIBLE_DEVICES=0 python3 benchmarks/torch_peers.py --model=maskrcnn --batch_size="$batch" --steps="$STEPS" \
       --warmup_steps=5 2>&1 | tee "$OUT/maskrcnn_peer.log" | grep '^{' | tee -a "$OUT/results.jsonl" || echo "FAILED: peer maskrcnn"
-    if python3 -c "from mlperf_keras import registry; registry.get('maskrcnn')" 2>/dev/null; then
-      ours maskrcnn 0 "$batch" ours_1gpu
-    fi
-    CUDA_VISIBLE_DEVICES=0 python3 benchmarks/experiments/maskrcnn_graph.py --batch="$batch" --steps="$STEPS" \
-      ${SPLIT:+--split} --json_out="$OUT/results.jsonl" 2>&1 | tee "$OUT/maskrcnn_ours.log" | grep -E '^\{|rror' || echo "FAILED: maskrcnn graph" ;;
+    IFS=';' read -ra variants <<< ";${GRAPH_VARIANTS:-}"
+    for v in "${variants[@]}"; do
+      CUDA_VISIBLE_DEVICES=0 python3 benchmarks/experiments/maskrcnn_graph.py --batch="$batch" --steps="$STEPS" \
+        ${v:+--variant="$v"} ${SPLIT:+--split} --json_out="$OUT/results.jsonl" 2>&1 | tee -a "$OUT/maskrcnn_ours.log" \
+        | grep -E '^\{|rror' || echo "FAILED: maskrcnn graph $v"
+    done ;;
   *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|transformer|gnmt|maskrcnn" >&2; exit 2 ;;
 esac

@@ -75,6 +75,8 @@ VARIANTS = {
                "mask_targets, so XLA cannot fuse their computation into every gathered element",
     "mask_logits_bf16": "the mask head's 1x1 logits convolution in bf16 (the policy's compute dtype), its output "
                         "cast to float32",
+    "roi_f32": "ROIAlign gathers from float32 copies of the FPN features (so its backward scatter-adds into "
+               "float32), its output cast back to the features' dtype",
 }
 
 
@@ -103,6 +105,13 @@ def apply_variants(names: str, maskrcnn) -> None:
                 logits = keras.layers.Activation("linear", dtype="float32", name="mask_logits_float32")(logits)
                 return keras.Model(head.input, logits, name=name)
             maskrcnn.mask_head_model = mask_head_model
+        if name == "roi_f32":
+            roi_align_f32 = maskrcnn.multilevel_roi_align
+
+            def multilevel_roi_align(features, boxes, *a, **k):
+                out = roi_align_f32([keras.ops.cast(f, "float32") for f in features], boxes, *a, **k)
+                return keras.ops.cast(out, features[0].dtype)
+            maskrcnn.multilevel_roi_align = multilevel_roi_align
 
 
 def timed(fn, *args, steps: int, warmup: int = 2):
