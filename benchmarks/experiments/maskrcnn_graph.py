@@ -75,8 +75,6 @@ VARIANTS = {
                "mask_targets, so XLA cannot fuse their computation into every gathered element",
     "mask_logits_bf16": "the mask head's 1x1 logits convolution in bf16 (the policy's compute dtype), its output "
                         "cast to float32",
-    "roi_f32": "ROIAlign gathers from float32 copies of the FPN features (so its backward scatter-adds into "
-               "float32), its output cast back to the features' dtype",
 }
 
 
@@ -105,13 +103,6 @@ def apply_variants(names: str, maskrcnn) -> None:
                 logits = keras.layers.Activation("linear", dtype="float32", name="mask_logits_float32")(logits)
                 return keras.Model(head.input, logits, name=name)
             maskrcnn.mask_head_model = mask_head_model
-        if name == "roi_f32":
-            roi_align_f32 = maskrcnn.multilevel_roi_align
-
-            def multilevel_roi_align(features, boxes, *a, **k):
-                out = roi_align_f32([keras.ops.cast(f, "float32") for f in features], boxes, *a, **k)
-                return keras.ops.cast(out, features[0].dtype)
-            maskrcnn.multilevel_roi_align = multilevel_roi_align
 
 
 def timed(fn, *args, steps: int, warmup: int = 2):
@@ -150,6 +141,12 @@ def main(argv=None):
     parser.add_argument("--tiny", action="store_true", help="maskrcnn.TINY_SPEC (a check of this script on a CPU)")
     parser.add_argument("--variant", default="", help="comma-separated changes to time: " + ", ".join(VARIANTS))
     parser.add_argument("--trace_dir", default="", help="write a jax.profiler trace of two steps here")
+    parser.add_argument("--data", choices=("graph", "workload"), default="graph",
+                        help="graph: synthetic_instances (log-uniform object sizes); workload: the registered "
+                             "workload's --synthetic batch (workloads.maskrcnn.synthetic_batch)")
+    parser.add_argument("--optimizer", choices=("sgd", "workload"), default="sgd",
+                        help="sgd: Keras SGD at --learning_rate; workload: the workload's own (torch-form momentum "
+                             "SGD, biases at 2x and undecayed, the warm-up schedule at the batch's base LR)")
     parser.add_argument("--json_out", default="")
     args = parser.parse_args(argv)
     os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -192,10 +189,30 @@ def main(argv=None):
     host = our_batch(args, spec.num_classes)
     labels = np.zeros(args.batch, np.float32)
     dist = distribute.create("jax")
-    # A learning rate near the reference's warm-up start (0.02 / 3): the weights stay near their initial values over
-    # the timed steps (a large rate from random weights diverges, and NaN boxes would make NMS trivially fast).
-    step = steps.make_train_step(model, keras.optimizers.SGD(args.learning_rate, momentum=0.9), maskrcnn.total_loss,
-                                 dist)
+    from mlperf_keras import registry
+    workload = registry.get("maskrcnn")
+    hp = {**workload.reference_hparams("0.7"), "max_gt": spec.max_gt, "num_classes": spec.num_classes}
+    if args.tiny:
+        hp.update(min_size=args.content_height, max_size=args.content_width)
+    if args.data == "workload":
+        from mlperf_keras.workloads.maskrcnn import synthetic_batch
+        host, labels = synthetic_batch(hp, args.batch, seed=1)
+    common.update(data=args.data, optimizer=args.optimizer)
+    if args.optimizer == "workload":
+        from mlperf_keras import optimizers
+        from mlperf_keras.workloads.maskrcnn import is_bias
+        base = hp["learning_rate"] * args.batch / 16
+        optimizer = optimizers.MomentumSGD(
+            optimizers.WarmupMultiStepLR(base, hp["warmup_steps"], hp["warmup_factor"],
+                                         [s * 16 // args.batch for s in hp["decay_steps"]], hp["decay_factor"]),
+            momentum=hp["momentum"], weight_decay=hp["weight_decay"], decay=lambda v: not is_bias(v),
+            lr_multiplier=lambda v: hp["bias_lr_factor"] if is_bias(v) else 1.0)
+    else:
+        # A learning rate near the reference's warm-up start (0.02 / 3): the weights stay near their initial values
+        # over the timed steps (a large rate from random weights diverges, and NaN boxes would make NMS trivially
+        # fast).
+        optimizer = keras.optimizers.SGD(args.learning_rate, momentum=0.9)
+    step = steps.make_train_step(model, optimizer, maskrcnn.total_loss, dist)
     x, y = step.to_device((host, labels))
     if not args.no_step:
         first = float(step(x, y))  # compiles
