@@ -1,6 +1,6 @@
-"""Mask R-CNN: the workload's reference settings (schedule, optimizer groups, logged keys), the dry run, the backbone
-weights convention, a short CPU run on data_prep.coco output against the official 3.1.0 checker, the JAX-only
-synthetic benchmark and an overfitting run."""
+"""Mask R-CNN: the workload's reference settings (schedule, optimizer groups, logged keys), the closed division's LR
+rule, the dry run, the backbone weights convention, a short CPU run on data_prep.coco output against the official
+3.1.0 checker, a two-worker Horovod run, the JAX-only synthetic benchmark and an overfitting run."""
 from __future__ import annotations
 
 import bisect
@@ -124,6 +124,40 @@ def test_bad_hyperparameters_are_refused(hparams, message):
     workload, manifest, config, _ = resolve(dry_run=True, hparams=hparams)
     with pytest.raises(ConfigError, match=message):
         workload.check(config, manifest)
+
+
+@pytest.mark.parametrize("batch,ruleset,passing", [(6, "0.5", "4 or 8"), (24, "0.5", "16 or 32"), (12, "0.7", "16"),
+                                                  (8, "0.7", "16")])
+def test_closed_division_refuses_a_batch_whose_lr_fails_the_checker(batch, ruleset, passing):
+    """The LR scales as 0.02 x batch / 16; the 3.1.0 checker (and 0.7.0's for --ruleset=0.7) accepts only multiples
+    of 0.02, or at batches under 16 an LR that divides 0.02: 6 logs 0.0075 and 24 logs 0.03. The refusal quotes the
+    rule from the checker's own file and names the nearest batches that pass; --division=open runs it."""
+    workload, manifest, config, _ = resolve(dry_run=True, batch_size=batch, ruleset=ruleset)
+    with pytest.raises(ConfigError) as refused:
+        workload.check(config, manifest)
+    message = str(refused.value)
+    assert f"global batch {batch} would log opt_base_learning_rate {0.02 * batch / 16:g}" in message, message
+    rule_file = "training_0.7.0" if batch == 8 else "training_3.1.0"
+    assert f"mlperf_logging/compliance_checker/{rule_file}/closed_maskrcnn.yaml demands is_integer(" in message
+    assert f"pass (--batch_size): {passing};" in message and "--division=open" in message, message
+    workload, manifest, config, _ = resolve(dry_run=True, batch_size=batch, ruleset=ruleset, division="open")
+    workload.check(config, manifest)
+
+
+@pytest.mark.parametrize("batch,ruleset", [(16, "0.5"), (8, "0.5"), (2, "0.5"), (48, "0.5"), (16, "0.7"), (32, "0.7")])
+def test_closed_division_accepts_a_batch_whose_lr_passes_the_checker(batch, ruleset):
+    workload, manifest, config, _ = resolve(dry_run=True, batch_size=batch, ruleset=ruleset)
+    workload.check(config, manifest)
+
+
+def test_closed_refusal_names_a_batch_the_workers_can_split():
+    """r740_v100_pcie's 2 images per GPU on 3 GPUs: 6. The nearest passing batches (4, 8) do not split over 3
+    workers; the message adds the nearest that does."""
+    import dataclasses
+
+    workload, manifest, config, _ = resolve(dry_run=True, batch_size=6)
+    with pytest.raises(ConfigError, match=r"4 or 8; on these 3 workers: 48 \(16 per worker\)"):
+        workload.check(dataclasses.replace(config, num_workers=3), manifest)
 
 
 def test_real_data_without_backbone_weights_is_refused(prepared, tmp_path):

@@ -16,6 +16,7 @@ paths below are under maskrcnn_benchmark/):
   (SOLVER.BASE_LR at IMS_PER_BATCH 16, scaled linearly: the rules' 0.02 x K); WarmupMultiStepLR with linear warmup
   from 1/3 over 500 iterations (WARMUP_FACTOR, WARMUP_ITERS) and x0.1 at iterations (60,000, 80,000) x 16 / global
   batch (SOLVER.STEPS; the MLPerf scaling); at most 90,000 x 16 / batch iterations (MAX_ITER), i.e. 13 epochs;
+  the closed division refuses a global batch whose scaled LR the official checker fails (check_closed_learning_rate);
 - evaluation after every epoch (MLPerf's cadence for Mask R-CNN): 1000 proposals per image (num_image_candidates),
   score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size and thresholded at 0.5,
   COCO "bbox" and "segm" AP (metrics.coco.CocoInstanceMetric) of every val image, gathered from every worker and
