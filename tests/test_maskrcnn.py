@@ -7,10 +7,7 @@ import bisect
 import glob
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +15,7 @@ import yaml
 from data_prep import coco, demo_coco
 from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
-from tests.conftest import ROOT, checker_messages, mllog_events, prepare_coco_same_val, resolve_run, run_cli
+from tests.conftest import checker_messages, mllog_events, prepare_coco_same_val, resolve_run, run_cli
 
 # A small model and image size for CPU runs (hparams of the workload; the demo's model, smaller images).
 SMALL = ("block_sizes=1-1-1-1,width=8,fpn_channels=16,representation_size=64,mask_conv_layers=16-16,"
@@ -248,13 +245,12 @@ def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
     evaluation. Each worker predicts its own val shard; the gathered ids must be every val image exactly once, or the
     evaluation raises (metrics.coco.score_gathered) and a worker's traceback shows. Slow: both workers trace the
     detector on 2 shared cores."""
+    from tests.test_distributed import horovodrun
+
     out = tmp_path / "runs"
-    proc = subprocess.run(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m",
-                           "mlperf_keras.train", "--model=maskrcnn", f"--data_dir={prepared}", f"--output_dir={out}",
-                           "--seed=4", "--max_epochs=2", "--batch_size=4", "--nojit_compile",
-                           "--backbone_weights=none", f"--hparams={SMALL}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    proc = horovodrun("-m", "mlperf_keras.train", "--model=maskrcnn", f"--data_dir={prepared}", f"--output_dir={out}",
+                      "--seed=4", "--max_epochs=2", "--batch_size=4", "--nojit_compile", "--backbone_weights=none",
+                      f"--hparams={SMALL}")
     # Two epochs do not reach the target: rank 0 exits 5 (not converged), which horovodrun reports with a non-zero
     # status and a RuntimeError naming "Exit code: 5"; no worker raised.
     output = proc.stdout + proc.stderr
