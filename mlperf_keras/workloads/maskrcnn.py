@@ -102,7 +102,8 @@ def check_closed_learning_rate(config, benchmark: str, search: int = 64) -> None
     workers = config.num_workers
     if workers > 1 and any(b is not None and b % workers for b in (below, above)):
         # A global batch must split evenly over the workers: name the nearest one these workers can run.
-        multiple = next((b for b in range(workers, batch + search * workers, workers) if not failing(b)), None)
+        splittable = sorted(range(workers, batch + search * workers, workers), key=lambda b: (abs(b - batch), b))
+        multiple = next((b for b in splittable if not failing(b)), None)
         if multiple is not None:
             near += f"; on these {workers} workers: {multiple} ({multiple // workers} per worker)"
     rules = "; ".join(f"{os.path.relpath(closed_rules.rules_file(benchmark, r), _checker_root())} demands "
