@@ -1,11 +1,13 @@
-"""Mask R-CNN: the workload's reference settings (schedule, optimizer groups, logged keys), the dry run, the backbone
-weights convention, a short CPU run on data_prep.coco output against the official 3.1.0 checker, the JAX-only
-synthetic benchmark and an overfitting run."""
+"""Mask R-CNN: the workload's reference settings (schedule, optimizer groups, logged keys), the closed division's LR
+rule, the dry run, the backbone weights convention, a short CPU run on data_prep.coco output against the official
+3.1.0 checker, a two-worker Horovod run, the JAX-only synthetic benchmark and an overfitting run."""
 from __future__ import annotations
 
 import bisect
+import glob
 import hashlib
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -121,6 +123,40 @@ def test_bad_hyperparameters_are_refused(hparams, message):
         workload.check(config, manifest)
 
 
+@pytest.mark.parametrize("batch,ruleset,passing", [(6, "0.5", "4 or 8"), (24, "0.5", "16 or 32"), (12, "0.7", "16"),
+                                                  (8, "0.7", "16")])
+def test_closed_division_refuses_a_batch_whose_lr_fails_the_checker(batch, ruleset, passing):
+    """The LR scales as 0.02 x batch / 16; the 3.1.0 checker (and 0.7.0's for --ruleset=0.7) accepts only multiples
+    of 0.02, or at batches under 16 an LR that divides 0.02: 6 logs 0.0075 and 24 logs 0.03. The refusal quotes the
+    rule from the checker's own file and names the nearest batches that pass; --division=open runs it."""
+    workload, manifest, config, _ = resolve(dry_run=True, batch_size=batch, ruleset=ruleset)
+    with pytest.raises(ConfigError) as refused:
+        workload.check(config, manifest)
+    message = str(refused.value)
+    assert f"global batch {batch} would log opt_base_learning_rate {0.02 * batch / 16:g}" in message, message
+    rule_file = "training_0.7.0" if batch == 8 else "training_3.1.0"
+    assert f"mlperf_logging/compliance_checker/{rule_file}/closed_maskrcnn.yaml demands is_integer(" in message
+    assert f"pass (--batch_size): {passing};" in message and "--division=open" in message, message
+    workload, manifest, config, _ = resolve(dry_run=True, batch_size=batch, ruleset=ruleset, division="open")
+    workload.check(config, manifest)
+
+
+@pytest.mark.parametrize("batch,ruleset", [(16, "0.5"), (8, "0.5"), (2, "0.5"), (48, "0.5"), (16, "0.7"), (32, "0.7")])
+def test_closed_division_accepts_a_batch_whose_lr_passes_the_checker(batch, ruleset):
+    workload, manifest, config, _ = resolve(dry_run=True, batch_size=batch, ruleset=ruleset)
+    workload.check(config, manifest)
+
+
+def test_closed_refusal_names_a_batch_the_workers_can_split():
+    """r740_v100_pcie's 2 images per GPU on 3 GPUs: 6. The nearest passing batches (4, 8) do not split over 3
+    workers; the message adds the nearest that does."""
+    import dataclasses
+
+    workload, manifest, config, _ = resolve(dry_run=True, batch_size=6)
+    with pytest.raises(ConfigError, match=r"4 or 8; on these 3 workers: 48 \(16 per worker\)"):
+        workload.check(dataclasses.replace(config, num_workers=3), manifest)
+
+
 def test_real_data_without_backbone_weights_is_refused(prepared, tmp_path):
     """As SSD: real data needs --backbone_weights (or an explicit none), refused before any log; the log names the
     weights (file name and sha256)."""
@@ -198,6 +234,41 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
     for part in ("BBOX", "SEGM"):
         first, best = aps[0][part], max(a[part] for a in aps[-10:])
         assert best > first + 0.15 and best > 0.2, (part, aps)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.skipif(shutil.which("horovodrun") is None, reason="Horovod not installed (bash scripts/install_horovod.sh)")
+def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
+    """horovodrun -np 2 --model=maskrcnn (Gloo, TensorFlow without XLA) with the small model, 2 epochs of a few steps
+    and an evaluation after each: one log (the chief's) with global values, box and mask AP logged once per
+    evaluation. Each worker predicts its own val shard; the gathered ids must be every val image exactly once, or the
+    evaluation raises (metrics.coco.score_gathered) and a worker's traceback shows. Slow: both workers trace the
+    detector on 2 shared cores."""
+    from tests.test_distributed import horovodrun
+
+    out = tmp_path / "runs"
+    proc = horovodrun("-m", "mlperf_keras.train", "--model=maskrcnn", f"--data_dir={prepared}", f"--output_dir={out}",
+                      "--seed=4", "--max_epochs=2", "--batch_size=4", "--nojit_compile", "--backbone_weights=none",
+                      f"--hparams={SMALL}")
+    # Two epochs do not reach the target: rank 0 exits 5 (not converged), which horovodrun reports with a non-zero
+    # status and a RuntimeError naming "Exit code: 5"; no worker raised.
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Exit code: 5" in output, output[-3000:]
+    assert "<stderr>:Traceback" not in output, output[-3000:]
+    (log,) = glob.glob(str(out / "*.log"))
+    events = mllog_events(log)
+    (stop,) = [e for e in events if e["key"] == "run_stop"]
+    assert stop["metadata"]["status"] == "aborted" and "reason" not in stop["metadata"], stop
+    values = {e["key"]: e["value"] for e in events}
+    assert values["num_workers"] == 2 and values["global_batch_size"] == 4
+    assert values["distribution"] == "horovod, 2 workers"
+    assert values["eval_samples"] == 4 and values["train_samples"] == 7   # all val images; the annotated train ones
+    accuracies = [e for e in events if e["key"] == "eval_accuracy"]
+    assert [e["metadata"]["epoch_num"] for e in accuracies] == [0, 1], accuracies
+    for accuracy in accuracies:
+        assert set(accuracy["value"]) == {"BBOX", "SEGM"}
+        assert all(0 <= v <= 1 for v in accuracy["value"].values()), accuracy
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ paths below are under maskrcnn_benchmark/):
   (SOLVER.BASE_LR at IMS_PER_BATCH 16, scaled linearly: the rules' 0.02 x K); WarmupMultiStepLR with linear warmup
   from 1/3 over 500 iterations (WARMUP_FACTOR, WARMUP_ITERS) and x0.1 at iterations (60,000, 80,000) x 16 / global
   batch (SOLVER.STEPS; the MLPerf scaling); at most 90,000 x 16 / batch iterations (MAX_ITER), i.e. 13 epochs;
+  the closed division refuses a global batch whose scaled LR the official checker fails (check_closed_learning_rate);
 - evaluation after every epoch (MLPerf's cadence for Mask R-CNN): 1000 proposals per image (num_image_candidates),
   score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size and thresholded at 0.5,
   COCO "bbox" and "segm" AP (metrics.coco.CocoInstanceMetric) of every val image, gathered from every worker and
@@ -60,6 +61,65 @@ def padded_shape(landscape: bool, min_size: int, max_size: int) -> tuple[int, in
     short = math.ceil(min_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
     long = math.ceil(max_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
     return (short, long) if landscape else (long, short)
+
+
+def base_learning_rate(hp: dict, global_batch: int) -> float:
+    """opt_base_learning_rate: the reference's LR per 16 images, scaled linearly to the global batch."""
+    return hp["learning_rate"] * global_batch / REFERENCE_BATCH
+
+
+def closed_lr_rulesets(benchmark: str, ruleset: str) -> list[str]:
+    """The checker rulesets that judge a closed run's logged LR: the one the reporter checks this project's logs at
+    (reporting.rules.CHECKER_RULESET), and the run's own round's where mlperf-logging has one (0.7.0 for --ruleset=0.7:
+    a v0.7 submission meets that checker)."""
+    from mlperf_keras.reporting import rules
+
+    own_round, _ = rules.round_checker_ruleset(benchmark, ruleset)
+    return [r for r in dict.fromkeys([rules.checker_ruleset(benchmark), own_round]) if r]
+
+
+def check_closed_learning_rate(config, benchmark: str, search: int = 64) -> None:
+    """Refuse (ConfigError) a global batch whose linearly scaled LR fails the closed checker's
+    opt_base_learning_rate rule (compliance.closed_rules runs the checker's own expression), naming the nearest
+    global batches that pass (within `search` of this one) and --division=open."""
+    from importlib import metadata
+
+    from mlperf_keras.compliance import closed_rules
+
+    key, hp, batch = "opt_base_learning_rate", config.hparams, config.global_batch_size
+    rulesets = closed_lr_rulesets(benchmark, config.ruleset)
+
+    def failing(b):
+        lines = [("global_batch_size", b), (key, base_learning_rate(hp, b))]
+        return [r for r in rulesets if closed_rules.fails(benchmark, r, lines, key)]
+
+    failed = failing(batch)
+    if not failed:
+        return
+    below = next((b for b in range(batch - 1, max(0, batch - search), -1) if not failing(b)), None)
+    above = next((b for b in range(batch + 1, batch + search) if not failing(b)), None)
+    near = " or ".join(str(b) for b in (below, above) if b is not None) or f"none within {search} of {batch}"
+    workers = config.num_workers
+    if workers > 1 and any(b is not None and b % workers for b in (below, above)):
+        # A global batch must split evenly over the workers: name the nearest one these workers can run.
+        splittable = sorted(range(workers, batch + search * workers, workers), key=lambda b: (abs(b - batch), b))
+        multiple = next((b for b in splittable if not failing(b)), None)
+        if multiple is not None:
+            near += f"; on these {workers} workers: {multiple} ({multiple // workers} per worker)"
+    rules = "; ".join(f"{os.path.relpath(closed_rules.rules_file(benchmark, r), _checker_root())} demands "
+                      f"{closed_rules.rule_text(benchmark, r, key)}" for r in failed)
+    raise ConfigError(
+        f"global batch {batch} would log {key} {base_learning_rate(hp, batch):g} ({hp['learning_rate']:g} x "
+        f"{batch} / {REFERENCE_BATCH}), which fails the closed-division checker (mlperf-logging "
+        f"{metadata.version('mlperf-logging')}, {rules}), so the log would not be a valid result; the nearest "
+        f"global batches that pass (--batch_size): {near}; or pass --division=open to run it anyway")
+
+
+def _checker_root() -> str:
+    """The folder holding the mlperf_logging package, so that messages name its files as mlperf_logging/..."""
+    import mlperf_logging
+
+    return os.path.dirname(os.path.dirname(mlperf_logging.__file__))
 
 
 def spec_of(hp: dict):
@@ -175,6 +235,8 @@ class MaskRCNN(Workload):
             raise ConfigError(f"min_size={hp['min_size']}, max_size={hp['max_size']}: 0 < min_size <= max_size")
         if hp["proposals_per_image"] < 1 or hp["roi_batch"] < 1 or hp["max_gt"] < 1:
             raise ConfigError("proposals_per_image, roi_batch and max_gt must be positive")
+        if config.closed_division:
+            check_closed_learning_rate(config, self.name)
         if manifest is not None and not config.demo and config.backbone_weights is None:
             raise ConfigError("--model=maskrcnn on real data needs --backbone_weights: the reference starts from "
                               "Detectron's ImageNet-trained R-50 (convert R-50.pkl with python -m "
@@ -193,7 +255,7 @@ class MaskRCNN(Workload):
         """The learning-rate schedule's numbers: what build_optimizer uses and mllog_hparams logs."""
         hp = config.hparams
         batch = config.global_batch_size
-        return {"base": hp["learning_rate"] * batch / REFERENCE_BATCH, "warmup_steps": int(hp["warmup_steps"]),
+        return {"base": base_learning_rate(hp, batch), "warmup_steps": int(hp["warmup_steps"]),
                 "warmup_factor": float(hp["warmup_factor"]),
                 "milestones": [int(s) * REFERENCE_BATCH // batch for s in hp["decay_steps"]],
                 "gamma": float(hp["decay_factor"])}
