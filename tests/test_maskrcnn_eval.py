@@ -82,6 +82,51 @@ def test_paste_mask_against_pycocotools_rle():
     assert pasted[1:55, 1:27].all() and not pasted[:, 29:].any() and not pasted[0].any()
 
 
+def _paste_cases(count, seed=0):
+    """Random masks and boxes in small images: boxes inside, across every border, larger than the image, full-height
+    masks whose runs go on into the next column, empty and full masks."""
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        height, width = (int(v) for v in rng.integers(1, 60, 2))
+        mask = rng.random((28, 28)).astype(np.float32)
+        mask = {0: mask, 1: np.ones_like(mask), 2: np.zeros_like(mask), 3: (mask > 0.3).astype(np.float32)}[i % 4]
+        x1, y1 = rng.uniform(-30, width), rng.uniform(-30, height)
+        box = (x1, y1, x1 + rng.uniform(0, width + 40), y1 + rng.uniform(0, height + 40))
+        if i % 5 == 0:
+            box = (-5.0, -5.0, width + 5.0, height + 5.0)
+        yield mask, box, height, width
+
+
+def test_encode_pasted_mask_is_the_rle_of_the_pasted_image():
+    for mask, box, height, width in _paste_cases(600):
+        assert coco.encode_pasted_mask(mask, box, height, width) == \
+            coco.encode_mask(coco.paste_mask(mask, box, height, width)), (box, height, width)
+
+
+def test_paste_pool_processes_give_the_same_masks_in_order(monkeypatch):
+    from mlperf_keras.metrics import paste_pool
+
+    images = [list(zip(*cases)) for cases in (list(_paste_cases(7, seed)) for seed in (1, 2, 3))]
+    want = [[coco.encode_pasted_mask(m, b, h, w) for m, b, h, w in zip(*image)] for image in images]
+    pool = paste_pool.PastePool(2)
+    try:
+        futures = [[pool.submit(np.stack([m]), np.array([b]), h, w) for m, b, h, w in zip(*image)]
+                   for image in images]
+        assert [[f.result()[0] for f in image] for image in futures] == want
+        assert pool._executor is not None      # it did run in worker processes
+    finally:
+        pool.close()
+    inline = paste_pool.PastePool(1)
+    assert inline.submit(np.stack(images[0][0]), np.array(images[0][1]), 1, 1).done() and inline._executor is None
+    # auto: the host's cores among its workers, one left to each worker, at most 8; no pool below 2 processes
+    monkeypatch.setattr(paste_pool.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    for local, expected in (("1", 8), ("4", 3), ("8", 1)):
+        monkeypatch.setenv("HOROVOD_LOCAL_SIZE", local)
+        assert paste_pool.auto_processes() == expected
+    with pytest.raises(ValueError, match="paste processes"):
+        paste_pool.PastePool(-1)
+
+
 def _annotations(tmp_path):
     cats = [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
     images = [{"id": 7, "height": 50, "width": 60}, {"id": 9, "height": 40, "width": 40}]

@@ -21,7 +21,8 @@ paths below are under maskrcnn_benchmark/):
   score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size and thresholded at 0.5,
   COCO "bbox" and "segm" AP (metrics.coco.CocoInstanceMetric) of every val image, gathered from every worker and
   scored once; detections are scaled back to the original image (BoxList.resize) and written as
-  [x, y, x2 - x + 1, y2 - y + 1] (convert("xywh")), as data/datasets/evaluation/coco/coco_eval.py does;
+  [x, y, x2 - x + 1, y2 - y + 1] (convert("xywh")), as data/datasets/evaluation/coco/coco_eval.py does (which
+  pastes in one process; here a pool of processes pastes beside the predictions, metrics.paste_pool);
 - target: box mAP >= 0.377 AND mask mAP >= 0.339; MLLOG eval_accuracy {"BBOX": .., "SEGM": ..}.
 
 Differences from the reference, on purpose:
@@ -175,6 +176,9 @@ class MaskRCNN(Workload):
             "roi_batch": spec.roi_batch, "max_gt": spec.max_gt, "detections_per_image": spec.detections_per_image,
             "batch_size": REFERENCE_BATCH,      # global, when neither --batch_size nor a preset gives one
             "eval_batch_size": 0,               # per worker; 0: the per-worker training batch
+            # processes per worker that paste and encode the eval masks (metrics.paste_pool); 0: the host's cores
+            # shared among its workers, at most 8; 1: in the worker itself
+            "paste_processes": 0,
             "learning_rate": BASE_LEARNING_RATE,   # per 16 images
             "momentum": 0.9,
             "weight_decay": 1e-4,
@@ -235,6 +239,9 @@ class MaskRCNN(Workload):
             raise ConfigError(f"min_size={hp['min_size']}, max_size={hp['max_size']}: 0 < min_size <= max_size")
         if hp["proposals_per_image"] < 1 or hp["roi_batch"] < 1 or hp["max_gt"] < 1:
             raise ConfigError("proposals_per_image, roi_batch and max_gt must be positive")
+        if hp["paste_processes"] < 0:
+            raise ConfigError(f"paste_processes={hp['paste_processes']}: 0 (as many as the host's cores allow), "
+                              f"1 (paste the eval masks in the worker itself) or more processes")
         if config.closed_division:
             check_closed_learning_rate(config, self.name)
         if manifest is not None and not config.demo and config.backbone_weights is None:
@@ -338,13 +345,12 @@ class MaskRCNN(Workload):
         coco.prepare(raw_dir, prepared_dir, train_shards=2, val_shards=1, num_workers=0, overwrite=True, log=log)
 
 
-def instance_results(outputs: dict, index: int, image_id: int, image_size, height: int, width: int,
-                     label_to_category: np.ndarray) -> tuple[np.ndarray, list]:
+def image_detections(outputs: dict, index: int, image_id: int, image_size, height: int, width: int,
+                     label_to_category: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One image's detections (MaskRCNN's inference outputs, batch row `index`) -> COCO rows [K, 7] in original-image
-    pixels and their K RLE masks: boxes scaled by (width / resized width, height / resized height) as BoxList.resize,
-    rows [x1, y1, x2 - x1 + 1, y2 - y1 + 1] as convert("xywh"), masks pasted (metrics.coco.paste_mask)."""
-    from mlperf_keras.metrics import coco
-
+    pixels, their K masks (K, 28, 28) of probabilities and K boxes (x1, y1, x2, y2) in original-image pixels: boxes
+    scaled by (width / resized width, height / resized height) as BoxList.resize, rows [x1, y1, x2 - x1 + 1,
+    y2 - y1 + 1] as convert("xywh")."""
     valid = np.asarray(outputs["valid"][index], bool)
     boxes = np.asarray(outputs["boxes"][index], np.float64)[valid]
     scores = np.asarray(outputs["scores"][index], np.float64)[valid]
@@ -357,8 +363,17 @@ def instance_results(outputs: dict, index: int, image_id: int, image_size, heigh
     rows = np.stack([np.full(len(scores), float(image_id)), boxes[:, 0], boxes[:, 1],
                      boxes[:, 2] - boxes[:, 0] + 1, boxes[:, 3] - boxes[:, 1] + 1, scores,
                      label_to_category[labels].astype(np.float64)], axis=1) if len(scores) else np.zeros((0, 7))
-    rles = [coco.encode_mask(coco.paste_mask(m, b, int(height), int(width))) for m, b in zip(masks, boxes)]
-    return rows, rles
+    return rows, masks, boxes
+
+
+def instance_results(outputs: dict, index: int, image_id: int, image_size, height: int, width: int,
+                     label_to_category: np.ndarray) -> tuple[np.ndarray, list]:
+    """image_detections' rows and their K RLE masks pasted at the original image size (metrics.coco
+    .encode_pasted_mask), in this process."""
+    from mlperf_keras.metrics import paste_pool
+
+    rows, masks, boxes = image_detections(outputs, index, image_id, image_size, height, width, label_to_category)
+    return rows, paste_pool.encode_image_masks(masks, boxes, int(height), int(width))
 
 
 class _CocoTrainData(TrainData):
@@ -427,15 +442,18 @@ class _CocoEvaluator(Evaluator):
         self.annotation_file, self.num_samples, self.batch = annotation_file, total, batch
         self.label_to_category = coco.label_to_category_table(categories)
         self.metric = None
+        self.paste = None
 
     def evaluate(self, predict):
         from mlperf_keras.inputs import maskrcnn, records
-        from mlperf_keras.metrics import coco
+        from mlperf_keras.metrics import coco, paste_pool
 
         hp = self.config.hparams
         if self.metric is None:  # the chief loads the annotations once, at the first evaluation
             self.metric = coco.CocoInstanceMetric(self.annotation_file, self.dist, expected_images=self.num_samples)
+            self.paste = paste_pool.PastePool(hp["paste_processes"])
         self.metric.reset()
+        pending = []  # (image id, rows, future RLEs): the masks are pasted while the next batches are predicted
         dataset = maskrcnn.eval_dataset(self.paths, batch_size=self.batch, min_size=hp["min_size"],
                                         max_size=hp["max_size"])
         for batch in records.backend_batches(dataset):
@@ -443,9 +461,11 @@ class _CocoEvaluator(Evaluator):
             ids, sizes = np.asarray(batch["image_id"]), np.asarray(batch["image_sizes"])
             heights, widths = np.asarray(batch["height"]), np.asarray(batch["width"])
             for i in np.flatnonzero(ids >= 0):
-                rows, rles = instance_results(outputs, i, int(ids[i]), sizes[i], int(heights[i]), int(widths[i]),
-                                              self.label_to_category)
-                self.metric.add_image(int(ids[i]), rows, rles)
+                rows, masks, boxes = image_detections(outputs, i, int(ids[i]), sizes[i], int(heights[i]),
+                                                      int(widths[i]), self.label_to_category)
+                pending.append((int(ids[i]), rows, self.paste.submit(masks, boxes, heights[i], widths[i])))
+        for image_id, rows, rles in pending:
+            self.metric.add_image(image_id, rows, rles.result())
         return self.metric.result()
 
 
