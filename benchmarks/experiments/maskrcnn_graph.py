@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -105,24 +104,6 @@ def apply_variants(names: str, maskrcnn) -> None:
             maskrcnn.mask_head_model = mask_head_model
 
 
-def timed(fn, *args, steps: int, warmup: int = 2):
-    """Milliseconds per call of a jitted fn, called back to back (outputs awaited at the end); -> (ms, compile s)."""
-    import jax
-
-    start = time.perf_counter()
-    out = fn(*args)
-    jax.block_until_ready(out)
-    compile_s = time.perf_counter() - start
-    for _ in range(warmup):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    start = time.perf_counter()
-    for _ in range(steps):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return 1e3 * (time.perf_counter() - start) / steps, compile_s
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=8)
@@ -144,9 +125,11 @@ def main(argv=None):
     parser.add_argument("--json_out", default="")
     args = parser.parse_args(argv)
     os.environ.setdefault("KERAS_BACKEND", "jax")
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    benchmarks_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:0] = [os.path.dirname(benchmarks_dir), benchmarks_dir]
     import jax
     import keras
+    from jax_timing import timed
 
     from mlperf_keras import distribute, steps
     from mlperf_keras.inputs import anchors as anchor_lib
