@@ -40,6 +40,19 @@ def prepared_ncf(tmp_path_factory):
     return str(out)
 
 
+@pytest.fixture(scope="session")
+def prepared_coco(tmp_path_factory):
+    """A small COCO-format sample (boxes and masks) prepared by data_prep.coco: SSD and Mask R-CNN read it (shared,
+    read-only)."""
+    from data_prep import coco, demo_coco
+
+    root = tmp_path_factory.mktemp("coco_data")
+    demo_coco.write_raw(str(root / "raw"), num_train=8, num_val=4, size=(120, 90), seed=6)
+    coco.prepare(str(root / "raw"), str(root / "out"), train_shards=2, val_shards=2, num_workers=0,
+                 log=lambda _: None)
+    return str(root / "out")
+
+
 def train_values(**overrides):
     """Flag values for mlperf_keras.train.resolve, as the command line would give them (defaults + overrides)."""
     from absl import flags

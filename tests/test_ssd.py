@@ -134,52 +134,6 @@ def test_bad_hyperparameters_are_refused(hparams, message):
         workload.build_model(config)
 
 
-def test_backbone_weights_flag_errors(tmp_path):
-    proc = run_cli("mlperf_keras.train", "--model=ncf", "--dry_run", f"--backbone_weights={tmp_path}/x.npz")
-    assert proc.returncode == 2 and "--model=ncf trains from scratch" in proc.stderr
-    proc = run_cli("mlperf_keras.train", "--model=ssd", "--dry_run", f"--backbone_weights={tmp_path}/missing.npz")
-    assert proc.returncode == 2 and "missing.npz: no such file" in proc.stderr
-
-
-def test_real_data_without_backbone_weights_is_refused(prepared, tmp_path):
-    """The reference always starts from ImageNet weights: real data needs --backbone_weights (or an explicit none),
-    refused in one line before any log is written; the run logs what it started from."""
-    from mlperf_keras.layers import ssd
-
-    proc = run_cli("mlperf_keras.train", "--model=ssd", f"--data_dir={prepared}", f"--output_dir={tmp_path}",
-                   "--max_epochs=1")
-    assert proc.returncode == 2 and "needs --backbone_weights" in proc.stderr and "Traceback" not in proc.stderr
-    assert not list(tmp_path.glob("*.log"))
-    workload, manifest, config, _ = resolve(data_dir=prepared, backbone_weights="none", dry_run=True)
-    workload.check(config, manifest)
-    assert workload.mllog_hparams(config)["backbone_weights"] == "none"
-    workload, _, config, _ = resolve(dry_run=True)      # no data: nothing to refuse
-    workload.check(config, None)
-    path = tmp_path / "backbone.npz"
-    ssd.save_backbone_weights(ssd.ssd300(width=8), str(path))
-    import hashlib
-
-    workload, manifest, config, _ = resolve(data_dir=prepared, backbone_weights=str(path), dry_run=True)
-    workload.check(config, manifest)
-    assert workload.mllog_hparams(config)["backbone_weights"] == (
-        f"backbone.npz sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}")
-
-
-def test_backbone_weights_are_loaded(tmp_path):
-    """A backbone saved from one model starts another (the path --backbone_weights takes)."""
-    from mlperf_keras.layers import ssd
-
-    workload, _, config, _ = resolve(dry_run=True)
-    source = workload.build_model(config)
-    path = str(tmp_path / "backbone.npz")
-    saved = ssd.save_backbone_weights(source, path)
-    workload, _, config, _ = resolve(dry_run=True, backbone_weights=path, seed=9)
-    target = workload.build_model(config)
-    for name, variable in ssd.backbone_variables(target).items():
-        np.testing.assert_array_equal(np.asarray(variable), np.asarray(ssd.backbone_variables(source)[name]))
-    assert saved == len(ssd.backbone_variables(target))
-
-
 # ---- short runs on prepared data ----
 
 def test_short_run_passes_every_checker_rule_but_the_target(prepared, tmp_path):
