@@ -241,10 +241,11 @@ class MaskRCNN(Workload):
             return SyntheticForwardEvaluator({"images": inputs["images"], "image_sizes": inputs["image_sizes"]}, batch,
                                              config.hparams["val_images"], dist, parts=("bbox", "segm"))
         from mlperf_keras.inputs import records
+        from mlperf_keras.inputs.manifest import split_shards
 
         paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
-        annotations = [f["name"] for f in manifest["files"] if f.get("split") == "annotations"]
-        return _CocoEvaluator(config, dist, paths, os.path.join(config.data_dir, annotations[0]),
+        annotations = os.path.join(config.data_dir, split_shards(manifest, "annotations")[0]["name"])
+        return _CocoEvaluator(config, dist, paths, annotations,
                               manifest["categories"], manifest["counts"]["val_images"], batch)
 
     # ---- MLLOG ----

@@ -221,10 +221,11 @@ class SSD(Workload):
             images = np.random.default_rng(config.seed + 7).integers(0, 256, (batch, 300, 300, 3), dtype=np.uint8)
             return SyntheticForwardEvaluator(images, batch, config.hparams["val_images"], dist)
         from mlperf_keras.inputs import records
+        from mlperf_keras.inputs.manifest import split_shards
 
         paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
-        annotations = [f["name"] for f in manifest["files"] if f.get("split") == "annotations"]
-        return _CocoEvaluator(config, dist, paths, os.path.join(config.data_dir, annotations[0]),
+        annotations = os.path.join(config.data_dir, split_shards(manifest, "annotations")[0]["name"])
+        return _CocoEvaluator(config, dist, paths, annotations,
                               manifest["categories"], manifest["counts"]["val_images_annotated"], batch)
 
     # ---- MLLOG ----
