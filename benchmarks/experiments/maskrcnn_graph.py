@@ -113,7 +113,8 @@ def main(argv=None):
     parser.add_argument("--width", type=int, default=1344)
     parser.add_argument("--content_height", type=int, default=800)
     parser.add_argument("--content_width", type=int, default=1333)
-    parser.add_argument("--objects", type=int, default=7, help="real objects per image (COCO train: 7.3 on average)")
+    parser.add_argument("--objects", type=int, default=None,
+                        help="real objects per image (default 7, COCO train's mean being 7.3, or max_gt if fewer)")
     parser.add_argument("--max_gt", type=int, default=None, help="padded objects per image (default Spec().max_gt)")
     parser.add_argument("--precision", default="mixed_bfloat16")
     parser.add_argument("--learning_rate", type=float, default=1e-4)
@@ -142,6 +143,9 @@ def main(argv=None):
     spec = maskrcnn.TINY_SPEC if args.tiny else maskrcnn.Spec()
     spec = spec if args.max_gt is None else dataclasses.replace(spec, max_gt=args.max_gt)
     args.max_gt = spec.max_gt
+    args.objects = min(7, spec.max_gt) if args.objects is None else args.objects
+    if args.objects > spec.max_gt:
+        parser.error(f"--objects={args.objects}: at most max_gt={spec.max_gt} objects fit an image's padded rows")
     keras.config.set_dtype_policy(args.precision)
     keras.utils.set_random_seed(0)
     model = maskrcnn.MaskRCNN(spec, seed=1)
