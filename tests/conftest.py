@@ -102,6 +102,26 @@ def checker_messages(log_path, ruleset: str):
                                     *checker.not_overwritable]]
 
 
+def assert_checker_fails_only_on_the_target(log_path, ruleset: str, failure: str, logged_accuracy, at_target,
+                                            tmp_path) -> None:
+    """The official checker at a training ruleset, warnings as errors: the log fails with exactly one message, failure
+    (its quality target), and a copy whose eval_accuracy reads at_target instead of logged_accuracy passes."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    def check(path):
+        checker = mlp_compliance.make_checker("training", ruleset, quiet=False, werror=True)
+        valid, *_ = mlp_compliance.main(str(path), f"training_{ruleset}/common.yaml", checker)
+        return valid, [*checker.warnings.values(), *checker.overwritable.values(), *checker.not_overwritable]
+
+    valid, messages = check(log_path)
+    assert not valid
+    assert messages == [failure], messages
+    passing = tmp_path / "passing.log"
+    logged = f'"key": "eval_accuracy", "value": {logged_accuracy}'
+    passing.write_text(open(log_path).read().replace(logged, f'"key": "eval_accuracy", "value": {at_target}'))
+    assert check(passing)[0]
+
+
 def resolve_run(model: str, **flags):
     """(workload, manifest, config, dist) from command-line-like flags on the TensorFlow backend (seed 3 unless
     given), through mlperf_keras.train.resolve."""
