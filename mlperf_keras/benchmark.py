@@ -49,6 +49,7 @@ def _block(value):
 def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers: int) -> dict:
     """Throughput in samples/s, where global_batch is the samples one step processes on all workers."""
     from mlperf_keras import loop
+    from mlperf_keras.workloads.base import RepeatedBatch
 
     x, y = batch
     for _ in range(warmup):
@@ -62,8 +63,8 @@ def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers
     bare = steps * global_batch / (time.perf_counter() - start)
 
     start = time.perf_counter()
-    loop.run_epoch(step, loop.RepeatedBatch(batch, steps, global_batch).batches(0), steps, global_batch,
-                   progress_seconds=float("inf"), say=lambda _: None)
+    loop.run_epoch(step, RepeatedBatch(batch, steps, samples_per_epoch=steps * global_batch).batches(0), steps,
+                   global_batch, progress_seconds=float("inf"), say=lambda _: None)
     through_loop = steps * global_batch / (time.perf_counter() - start)
 
     times = []

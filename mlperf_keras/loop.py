@@ -15,19 +15,7 @@ import time
 from mlperf_keras import mlperf_log
 from mlperf_keras.mlperf_log import C
 from mlperf_keras.config import RunConfig, format_quality, quality_finite
-from mlperf_keras.workloads.base import TrainData
-
-
-class RepeatedBatch(TrainData):
-    """One device-resident batch served steps_per_epoch times."""
-
-    def __init__(self, batch, steps_per_epoch: int, global_batch: int):
-        self.batch, self.steps_per_epoch = batch, steps_per_epoch
-        self.samples_per_epoch = steps_per_epoch * global_batch
-
-    def batches(self, epoch):
-        for _ in range(self.steps_per_epoch):
-            yield self.batch
+from mlperf_keras.workloads.base import RepeatedBatch
 
 
 @dataclasses.dataclass
@@ -244,8 +232,9 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
         train = workload.train_data(config, dist, manifest)
     else:
         # Synthetic data lives on the device: one batch of the real shapes, repeated, measures model and loop only.
+        synthetic_steps = workload.steps_per_epoch(config, None)
         train = RepeatedBatch(step.to_device(next(iter(workload.synthetic_train_data(config, dist).batches(0)))),
-                              workload.steps_per_epoch(config, None), config.global_batch_size)
+                              synthetic_steps, samples_per_epoch=synthetic_steps * config.global_batch_size)
     evaluator = workload.evaluator(config, dist, manifest)
     log.event(C.TRAIN_SAMPLES, train.samples_per_epoch)
     log.event(C.EVAL_SAMPLES, evaluator.num_samples)

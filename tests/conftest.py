@@ -40,6 +40,19 @@ def prepared_ncf(tmp_path_factory):
     return str(out)
 
 
+@pytest.fixture(scope="session")
+def prepared_coco(tmp_path_factory):
+    """A small COCO-format sample (boxes and masks) prepared by data_prep.coco: SSD and Mask R-CNN read it (shared,
+    read-only)."""
+    from data_prep import coco, demo_coco
+
+    root = tmp_path_factory.mktemp("coco_data")
+    demo_coco.write_raw(str(root / "raw"), num_train=8, num_val=4, size=(120, 90), seed=6)
+    coco.prepare(str(root / "raw"), str(root / "out"), train_shards=2, val_shards=2, num_workers=0,
+                 log=lambda _: None)
+    return str(root / "out")
+
+
 def train_values(**overrides):
     """Flag values for mlperf_keras.train.resolve, as the command line would give them (defaults + overrides)."""
     from absl import flags
@@ -87,6 +100,26 @@ def checker_messages(log_path, ruleset: str):
     valid, _, _, _ = mlp_compliance.main(log_path, f"training_{ruleset}/common.yaml", checker)
     return valid, [str(m) for m in [*checker.warnings.values(), *checker.overwritable.values(),
                                     *checker.not_overwritable]]
+
+
+def assert_checker_fails_only_on_the_target(log_path, ruleset: str, failure: str, logged_accuracy, at_target,
+                                            tmp_path) -> None:
+    """The official checker at a training ruleset, warnings as errors: the log fails with exactly one message, failure
+    (its quality target), and a copy whose eval_accuracy reads at_target instead of logged_accuracy passes."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    def check(path):
+        checker = mlp_compliance.make_checker("training", ruleset, quiet=False, werror=True)
+        valid, *_ = mlp_compliance.main(str(path), f"training_{ruleset}/common.yaml", checker)
+        return valid, [*checker.warnings.values(), *checker.overwritable.values(), *checker.not_overwritable]
+
+    valid, messages = check(log_path)
+    assert not valid
+    assert messages == [failure], messages
+    passing = tmp_path / "passing.log"
+    logged = f'"key": "eval_accuracy", "value": {logged_accuracy}'
+    passing.write_text(open(log_path).read().replace(logged, f'"key": "eval_accuracy", "value": {at_target}'))
+    assert check(passing)[0]
 
 
 def resolve_run(model: str, **flags):

@@ -1,18 +1,16 @@
 """Mask R-CNN: the workload's reference settings (schedule, optimizer groups, logged keys), the closed division's LR
-rule, the dry run, the backbone weights convention, a short CPU run on data_prep.coco output against the official
-3.1.0 checker, a two-worker Horovod run, the JAX-only synthetic benchmark and an overfitting run."""
+rule, the dry run, a short CPU run on data_prep.coco output against the official 3.1.0 checker, a two-worker Horovod
+run, the JAX-only synthetic benchmark and an overfitting run (--backbone_weights: tests/test_backbone_weights.py)."""
 from __future__ import annotations
 
 import bisect
 import glob
-import hashlib
 import json
 import shutil
 
 import numpy as np
 import pytest
 import yaml
-from data_prep import coco, demo_coco
 from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
 from tests.conftest import checker_messages, mllog_events, prepare_coco_same_val, resolve_run, run_cli
@@ -24,12 +22,9 @@ SMALL = ("block_sizes=1-1-1-1,width=8,fpn_channels=16,representation_size=64,mas
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("maskrcnn_data")
-    demo_coco.write_raw(str(root / "raw"), num_train=8, num_val=4, size=(120, 90), seed=6)
-    coco.prepare(str(root / "raw"), str(root / "out"), train_shards=2, val_shards=2, num_workers=0,
-                 log=lambda _: None)
-    return str(root / "out")
+def prepared(prepared_coco):
+    """The small COCO sample of tests/conftest.py (the --backbone_weights tests read it too)."""
+    return prepared_coco
 
 
 def resolve(**flags):
@@ -155,35 +150,6 @@ def test_closed_refusal_names_a_batch_the_workers_can_split():
     workload, manifest, config, _ = resolve(dry_run=True, batch_size=6)
     with pytest.raises(ConfigError, match=r"4 or 8; on these 3 workers: 48 \(16 per worker\)"):
         workload.check(dataclasses.replace(config, num_workers=3), manifest)
-
-
-def test_real_data_without_backbone_weights_is_refused(prepared, tmp_path):
-    """As SSD: real data needs --backbone_weights (or an explicit none), refused before any log; the log names the
-    weights (file name and sha256)."""
-    from mlperf_keras.layers import backbone_weights
-
-    proc = run_cli("mlperf_keras.train", "--model=maskrcnn", f"--data_dir={prepared}", f"--output_dir={tmp_path}",
-                   "--max_epochs=1")
-    assert proc.returncode == 2 and "needs --backbone_weights" in proc.stderr and "Traceback" not in proc.stderr
-    assert not list(tmp_path.glob("*.log"))
-    workload, manifest, config, _ = resolve(data_dir=prepared, backbone_weights="none", dry_run=True)
-    workload.check(config, manifest)
-    assert workload.mllog_hparams(config)["backbone_weights"] == "none"
-    # weights saved from one small model start another, and the log names the file
-    from mlperf_keras.layers import maskrcnn
-
-    workload, _, config, _ = resolve(dry_run=True, hparams=SMALL)
-    source = workload.build_model(config)
-    path = tmp_path / "r50.npz"
-    backbone_weights.write_npz(str(path), {k: np.asarray(v) for k, v in maskrcnn.backbone_variables(source).items()})
-    workload, manifest, config, _ = resolve(data_dir=prepared, backbone_weights=str(path), dry_run=True,
-                                            hparams=SMALL, seed=9)
-    workload.check(config, manifest)
-    target = workload.build_model(config)
-    for name, variable in maskrcnn.backbone_variables(target).items():
-        np.testing.assert_array_equal(np.asarray(variable), np.asarray(maskrcnn.backbone_variables(source)[name]))
-    assert workload.mllog_hparams(config)["backbone_weights"] == (
-        f"r50.npz sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}")
 
 
 # ---- runs ----

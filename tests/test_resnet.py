@@ -11,10 +11,10 @@ import yaml
 from mlperf_logging.compliance_checker import mlp_compliance
 
 from data_prep import demo_imagenet, imagenet
-from mlperf_keras import distribute, loop
+from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs.manifest import read_manifest
-from tests.conftest import run_cli, train_values
+from tests.conftest import checker_messages, mllog_events, resolve_run, run_cli
 
 TINY = "image_size=32,eval_resize=36,width=8,block_sizes=1-1-1-1,shuffle_buffer=64"
 
@@ -28,13 +28,12 @@ def prepared(tmp_path_factory):
     return str(root / "out")
 
 
-def resolve(**flags):
-    from mlperf_keras import train as train_cli
+# The official checker's training ruleset for these logs.
+CHECKER_RULESET = "4.0.0"
 
-    values = train_values(model="resnet", seed=flags.pop("seed", 3), **flags)
-    dist = distribute.create("tensorflow")
-    workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
-    return workload, manifest, config, dist
+
+def resolve(**flags):
+    return resolve_run("resnet", **flags)
 
 
 def train(data_dir, output_dir, **flags):
@@ -43,23 +42,10 @@ def train(data_dir, output_dir, **flags):
     return config, loop.run(config, workload, dist, manifest)
 
 
-def read_events(path):
-    return [json.loads(line[len(":::MLLOG "):]) for line in open(path) if line.startswith(":::MLLOG ")]
-
-
-def checker_messages(log_path):
-    """Run the official checker (training 4.0.0) on a log; returns (valid, every message it raised)."""
-    checker = mlp_compliance.make_checker("training", "4.0.0", quiet=True, werror=False)
-    valid, _, _, _ = mlp_compliance.main(log_path, "training_4.0.0/common.yaml", checker)
-    return valid, [str(m) for m in [*checker.warnings.values(), *checker.overwritable.values(),
-                                    *checker.not_overwritable]]
-
-
 def ruleset_keys(name):
-    """The keys an official 4.0.0 resnet rules file demands."""
-    folder = os.path.dirname(mlp_compliance.__file__)
-    return {rule["KEY"]["NAME"] for rule in yaml.safe_load(open(os.path.join(folder, "training_4.0.0", name)))
-            if "KEY" in rule}
+    """The keys an official resnet rules file of CHECKER_RULESET demands."""
+    path = os.path.join(os.path.dirname(mlp_compliance.__file__), f"training_{CHECKER_RULESET}", name)
+    return {rule["KEY"]["NAME"] for rule in yaml.safe_load(open(path)) if "KEY" in rule}
 
 
 # ---- the model ----
@@ -242,13 +228,13 @@ def test_short_lars_run_passes_every_checker_rule_but_the_target(prepared, tmp_p
     config, result = train(prepared, tmp_path, ruleset="0.7", max_epochs=2, eval_offset=1, batch_size=8,
                            hparams=TINY)
     assert result.status == "aborted" and result.epochs == 2 and 0 <= result.quality <= 1
-    events = read_events(result.log_path)
+    events = mllog_events(result.log_path)
     values = {e["key"]: e["value"] for e in events}
     assert values["opt_name"] == "lars" and values["train_samples"] == 48 and values["eval_samples"] == 10
     assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"] == [1, 2]
     losses = [e["value"]["loss"] for e in events if e["key"] == "tracked_stats"]
     assert len(losses) == 2 and all(np.isfinite(losses))
-    valid, messages = checker_messages(result.log_path)
+    valid, messages = checker_messages(result.log_path, CHECKER_RULESET)
     assert not valid and len(messages) == 1, messages
     assert "eval_accuracy" in messages[0] and "0.7590" in messages[0], messages
 
@@ -259,10 +245,10 @@ def test_short_v05_sgd_run_with_fp16_loss_scaling(prepared, tmp_path):
     config, result = train(prepared, tmp_path, ruleset="0.5", max_epochs=1, batch_size=8, precision="fp16",
                            hparams=TINY)
     assert config.hparams["optimizer"] == "sgd" and result.epochs == 1
-    events = read_events(result.log_path)
+    events = mllog_events(result.log_path)
     assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"] == [0]
     assert np.isfinite(next(e["value"]["loss"] for e in events if e["key"] == "tracked_stats"))
-    valid, messages = checker_messages(result.log_path)
+    valid, messages = checker_messages(result.log_path, CHECKER_RULESET)
     text = " ".join(messages)
     assert not valid and len(messages) == 4, messages
     for expected in ("0.7590", "sgd_opt_end_learning_rate", "sgd_opt_learning_rate_decay_poly_power",
@@ -291,7 +277,7 @@ def test_resnet_trains_on_jax_without_tensorflow(tmp_path):
         tmp_path)
     summary = json.loads(lines[-1])
     assert check == {"exit": 5, "tensorflow_imported": False}   # synthetic data never reaches the target
-    events = read_events(summary["log"])
+    events = mllog_events(summary["log"])
     values = {e["key"]: e["value"] for e in events}
     assert values["keras_backend"] == "jax" and values["precision"] == "bf16" and values["opt_name"] == "lars"
     assert np.isfinite(next(e["value"]["loss"] for e in events if e["key"] == "tracked_stats"))

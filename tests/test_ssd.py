@@ -12,10 +12,10 @@ import yaml
 from mlperf_logging.compliance_checker import mlp_compliance
 
 from data_prep import coco, demo_coco
-from mlperf_keras import distribute, loop
+from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
 from mlperf_keras.workloads import ssd as ssd_workload
-from tests.conftest import run_cli, train_values
+from tests.conftest import checker_messages, mllog_events, resolve_run, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -27,25 +27,12 @@ def prepared(tmp_path_factory):
     return str(root / "out")
 
 
+# The official checker's training ruleset: 1.0.0, the newest that knows SSD-ResNet34.
+CHECKER_RULESET = "1.0.0"
+
+
 def resolve(**flags):
-    from mlperf_keras import train as train_cli
-
-    values = train_values(model="ssd", seed=flags.pop("seed", 3), **flags)
-    dist = distribute.create("tensorflow")
-    workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
-    return workload, manifest, config, dist
-
-
-def read_events(path):
-    return [json.loads(line[len(":::MLLOG "):]) for line in open(path) if line.startswith(":::MLLOG ")]
-
-
-def checker_messages(log_path):
-    """The official checker, training ruleset 1.0.0 (the newest that knows SSD-ResNet34): (valid, messages)."""
-    checker = mlp_compliance.make_checker("training", "1.0.0", quiet=True, werror=False)
-    valid, _, _, _ = mlp_compliance.main(log_path, "training_1.0.0/common.yaml", checker)
-    return valid, [str(m) for m in [*checker.warnings.values(), *checker.overwritable.values(),
-                                    *checker.not_overwritable]]
+    return resolve_run("ssd", **flags)
 
 
 # ---- settings ----
@@ -115,7 +102,7 @@ def test_decay_boundaries_must_be_given_one_way():
 
 def test_logged_keys_cover_the_official_ssd_rules():
     folder = os.path.dirname(mlp_compliance.__file__)
-    rules = yaml.safe_load(open(os.path.join(folder, "training_1.0.0", "closed_ssd.yaml")))
+    rules = yaml.safe_load(open(os.path.join(folder, f"training_{CHECKER_RULESET}", "closed_ssd.yaml")))
     required = {r["KEY"]["NAME"] for r in rules if "KEY" in r} - {"global_batch_size", "eval_accuracy"}
     workload, _, config, _ = resolve(dry_run=True, ruleset="0.7")
     keys = workload.mllog_hparams(config)
@@ -134,52 +121,6 @@ def test_bad_hyperparameters_are_refused(hparams, message):
         workload.build_model(config)
 
 
-def test_backbone_weights_flag_errors(tmp_path):
-    proc = run_cli("mlperf_keras.train", "--model=ncf", "--dry_run", f"--backbone_weights={tmp_path}/x.npz")
-    assert proc.returncode == 2 and "--model=ncf trains from scratch" in proc.stderr
-    proc = run_cli("mlperf_keras.train", "--model=ssd", "--dry_run", f"--backbone_weights={tmp_path}/missing.npz")
-    assert proc.returncode == 2 and "missing.npz: no such file" in proc.stderr
-
-
-def test_real_data_without_backbone_weights_is_refused(prepared, tmp_path):
-    """The reference always starts from ImageNet weights: real data needs --backbone_weights (or an explicit none),
-    refused in one line before any log is written; the run logs what it started from."""
-    from mlperf_keras.layers import ssd
-
-    proc = run_cli("mlperf_keras.train", "--model=ssd", f"--data_dir={prepared}", f"--output_dir={tmp_path}",
-                   "--max_epochs=1")
-    assert proc.returncode == 2 and "needs --backbone_weights" in proc.stderr and "Traceback" not in proc.stderr
-    assert not list(tmp_path.glob("*.log"))
-    workload, manifest, config, _ = resolve(data_dir=prepared, backbone_weights="none", dry_run=True)
-    workload.check(config, manifest)
-    assert workload.mllog_hparams(config)["backbone_weights"] == "none"
-    workload, _, config, _ = resolve(dry_run=True)      # no data: nothing to refuse
-    workload.check(config, None)
-    path = tmp_path / "backbone.npz"
-    ssd.save_backbone_weights(ssd.ssd300(width=8), str(path))
-    import hashlib
-
-    workload, manifest, config, _ = resolve(data_dir=prepared, backbone_weights=str(path), dry_run=True)
-    workload.check(config, manifest)
-    assert workload.mllog_hparams(config)["backbone_weights"] == (
-        f"backbone.npz sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}")
-
-
-def test_backbone_weights_are_loaded(tmp_path):
-    """A backbone saved from one model starts another (the path --backbone_weights takes)."""
-    from mlperf_keras.layers import ssd
-
-    workload, _, config, _ = resolve(dry_run=True)
-    source = workload.build_model(config)
-    path = str(tmp_path / "backbone.npz")
-    saved = ssd.save_backbone_weights(source, path)
-    workload, _, config, _ = resolve(dry_run=True, backbone_weights=path, seed=9)
-    target = workload.build_model(config)
-    for name, variable in ssd.backbone_variables(target).items():
-        np.testing.assert_array_equal(np.asarray(variable), np.asarray(ssd.backbone_variables(source)[name]))
-    assert saved == len(ssd.backbone_variables(target))
-
-
 # ---- short runs on prepared data ----
 
 def test_short_run_passes_every_checker_rule_but_the_target(prepared, tmp_path):
@@ -190,13 +131,13 @@ def test_short_run_passes_every_checker_rule_but_the_target(prepared, tmp_path):
                                                hparams="eval_epochs=1,shuffle_buffer=16")
     result = loop.run(config, workload, dist, manifest)
     assert result.status == "aborted" and result.epochs == 1 and 0 <= result.quality <= 1
-    events = read_events(result.log_path)
+    events = mllog_events(result.log_path)
     values = {e["key"]: e["value"] for e in events}
     counts = manifest["counts"]
     assert values["train_samples"] == counts["train_images_annotated"]
     assert values["eval_samples"] == counts["val_images_annotated"]
     assert np.isfinite(next(e["value"]["loss"] for e in events if e["key"] == "tracked_stats"))
-    valid, messages = checker_messages(result.log_path)
+    valid, messages = checker_messages(result.log_path, CHECKER_RULESET)
     assert not valid and len(messages) == 1, messages
     assert "eval_accuracy" in messages[0], messages
 
@@ -229,7 +170,7 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
                                                hparams="width=8,shuffle_buffer=16,warmup_epochs=1,learning_rate=0.02,"
                                                        "eval_epochs=1-56-57-58-59-60,decay_epochs=80-90")
     result = loop.run(config, workload, dist, manifest)
-    events = read_events(result.log_path)
+    events = mllog_events(result.log_path)
     losses = [e["value"]["loss"] for e in events if e["key"] == "tracked_stats"]
     maps = [e["value"] for e in events if e["key"] == "eval_accuracy"]
     # The run stops early once the train-set mAP reaches the ruleset's target (0.23): then it has fewer epochs.
@@ -263,7 +204,7 @@ def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
     assert proc.returncode != 0 and "Exit code: 5" in output, output[-3000:]
     assert "<stderr>:Traceback" not in output, output[-3000:]
     (log,) = glob.glob(str(out / "*.log"))
-    events = read_events(log)
+    events = mllog_events(log)
     (stop,) = [e for e in events if e["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted" and "reason" not in stop["metadata"], stop
     values = {e["key"]: e["value"] for e in events}

@@ -22,25 +22,10 @@ import argparse
 import json
 import os
 import sys
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-
-def timed(fn, args, steps: int, repeats: int = 3) -> float:
-    """Median milliseconds per call of a jitted fn."""
-    import jax
-
-    out = fn(*args)
-    jax.block_until_ready(out)
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        runs.append(1e3 * (time.perf_counter() - start) / steps)
-    return sorted(runs)[len(runs) // 2]
+_BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCHMARKS), _BENCHMARKS]
+import jax_timing  # noqa: E402
 
 
 def functional(fn, variables):
@@ -72,7 +57,7 @@ def grad_time(fn, variables, inputs, steps, extra_grad_args=()):
             return jnp.sum(f(vs, *a).astype(jnp.float32) * r)
     argnums = (0,) + tuple(1 + i for i in extra_grad_args)
     step = jax.jit(jax.grad(scalar, argnums=argnums))
-    return timed(step, (values, *inputs), steps)
+    return jax_timing.timed(step, values, *inputs, steps=steps, warmup=0, repeats=3)[0]
 
 
 def run_layers(args):

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -105,24 +104,6 @@ def apply_variants(names: str, maskrcnn) -> None:
             maskrcnn.mask_head_model = mask_head_model
 
 
-def timed(fn, *args, steps: int, warmup: int = 2):
-    """Milliseconds per call of a jitted fn, called back to back (outputs awaited at the end); -> (ms, compile s)."""
-    import jax
-
-    start = time.perf_counter()
-    out = fn(*args)
-    jax.block_until_ready(out)
-    compile_s = time.perf_counter() - start
-    for _ in range(warmup):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    start = time.perf_counter()
-    for _ in range(steps):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return 1e3 * (time.perf_counter() - start) / steps, compile_s
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=8)
@@ -132,7 +113,8 @@ def main(argv=None):
     parser.add_argument("--width", type=int, default=1344)
     parser.add_argument("--content_height", type=int, default=800)
     parser.add_argument("--content_width", type=int, default=1333)
-    parser.add_argument("--objects", type=int, default=7, help="real objects per image (COCO train: 7.3 on average)")
+    parser.add_argument("--objects", type=int, default=None,
+                        help="real objects per image (default 7, COCO train's mean being 7.3, or max_gt if fewer)")
     parser.add_argument("--max_gt", type=int, default=None, help="padded objects per image (default Spec().max_gt)")
     parser.add_argument("--precision", default="mixed_bfloat16")
     parser.add_argument("--learning_rate", type=float, default=1e-4)
@@ -150,9 +132,11 @@ def main(argv=None):
     parser.add_argument("--json_out", default="")
     args = parser.parse_args(argv)
     os.environ.setdefault("KERAS_BACKEND", "jax")
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    benchmarks_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:0] = [os.path.dirname(benchmarks_dir), benchmarks_dir]
     import jax
     import keras
+    from jax_timing import timed
 
     from mlperf_keras import distribute, steps
     from mlperf_keras.inputs import anchors as anchor_lib
@@ -165,6 +149,9 @@ def main(argv=None):
     spec = maskrcnn.TINY_SPEC if args.tiny else maskrcnn.Spec()
     spec = spec if args.max_gt is None else dataclasses.replace(spec, max_gt=args.max_gt)
     args.max_gt = spec.max_gt
+    args.objects = min(7, spec.max_gt) if args.objects is None else args.objects
+    if args.objects > spec.max_gt:
+        parser.error(f"--objects={args.objects}: at most max_gt={spec.max_gt} objects fit an image's padded rows")
     keras.config.set_dtype_policy(args.precision)
     keras.utils.set_random_seed(0)
     model = maskrcnn.MaskRCNN(spec, seed=1)

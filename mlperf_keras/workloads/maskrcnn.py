@@ -47,7 +47,8 @@ import numpy as np
 
 from mlperf_keras.config import ConfigError
 from mlperf_keras.layers import backbone_weights
-from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+from mlperf_keras.workloads.base import (Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData, Workload,
+                                         per_worker_eval_batch)
 
 # COCO 2017 as the reference reads it, for --dry_run and --synthetic.
 COCO2017 = {"train_images": 117_266, "val_images": 5_000, "num_classes": 81}
@@ -292,9 +293,6 @@ class MaskRCNN(Workload):
         images = manifest["counts"]["train_images_annotated"] if manifest else config.hparams["train_images"]
         return math.ceil(images / config.global_batch_size) + 1
 
-    def _eval_batch(self, config) -> int:
-        return config.hparams["eval_batch_size"] or config.per_worker_batch_size
-
     def train_data(self, config, dist, manifest):
         from mlperf_keras.inputs import records
 
@@ -302,17 +300,22 @@ class MaskRCNN(Workload):
         return _CocoTrainData(config, dist, paths, self.steps_per_epoch(config, manifest))
 
     def synthetic_train_data(self, config, dist):
-        return _SyntheticTrainData(config, dist.rank, self.steps_per_epoch(config, None))
+        return RepeatedBatch(synthetic_batch(config.hparams, config.per_worker_batch_size, config.seed + dist.rank),
+                             self.steps_per_epoch(config, None), samples_per_epoch=config.hparams["train_images"])
 
     def evaluator(self, config, dist, manifest):
+        batch = per_worker_eval_batch(config)
         if manifest is None:
-            return _SyntheticEvaluator(config, dist, self._eval_batch(config))
+            inputs, _ = synthetic_batch(config.hparams, batch, config.seed + 7)
+            return SyntheticForwardEvaluator({"images": inputs["images"], "image_sizes": inputs["image_sizes"]}, batch,
+                                             config.hparams["val_images"], dist, parts=("bbox", "segm"))
         from mlperf_keras.inputs import records
+        from mlperf_keras.inputs.manifest import split_shards
 
         paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
-        annotations = [f["name"] for f in manifest["files"] if f.get("split") == "annotations"]
-        return _CocoEvaluator(config, dist, paths, os.path.join(config.data_dir, annotations[0]),
-                              manifest["categories"], manifest["counts"]["val_images"], self._eval_batch(config))
+        annotations = os.path.join(config.data_dir, split_shards(manifest, "annotations")[0]["name"])
+        return _CocoEvaluator(config, dist, paths, annotations,
+                              manifest["categories"], manifest["counts"]["val_images"], batch)
 
     # ---- MLLOG ----
 
@@ -421,16 +424,6 @@ def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
     return inputs, np.zeros(batch, np.float32)
 
 
-class _SyntheticTrainData(TrainData):
-    def __init__(self, config, rank, steps):
-        self.batch = synthetic_batch(config.hparams, config.per_worker_batch_size, config.seed + rank)
-        self.steps_per_epoch, self.samples_per_epoch = steps, config.hparams["train_images"]
-
-    def batches(self, epoch):
-        for _ in range(self.steps_per_epoch):
-            yield self.batch
-
-
 class _CocoEvaluator(Evaluator):
     """COCO box and mask mAP over every val image: each worker predicts its shards, the detections and masks are
     gathered and scored once (metrics.coco.CocoInstanceMetric)."""
@@ -467,20 +460,3 @@ class _CocoEvaluator(Evaluator):
         for image_id, rows, rles in pending:
             self.metric.add_image(image_id, rows, rles.result())
         return self.metric.result()
-
-
-class _SyntheticEvaluator(Evaluator):
-    """The eval forward passes over as many random images as the val set has; the numbers mean nothing."""
-
-    def __init__(self, config, dist, batch):
-        hp = config.hparams
-        self.dist, self.num_samples = dist, hp["val_images"]
-        self.local = hp["val_images"] // dist.world_size + (dist.rank < hp["val_images"] % dist.world_size)
-        inputs, _ = synthetic_batch(hp, batch, config.seed + 7)
-        self.inputs = {"images": inputs["images"], "image_sizes": inputs["image_sizes"]}
-
-    def evaluate(self, predict):
-        for _ in range(0, self.local, len(self.inputs["images"])):
-            predict(self.inputs)
-        bbox, segm = self.dist.sum_across_workers([0.0, 0.0])
-        return {"bbox": float(bbox), "segm": float(segm)}

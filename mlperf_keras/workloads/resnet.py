@@ -36,7 +36,8 @@ import math
 import numpy as np
 
 from mlperf_keras.config import ConfigError
-from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+from mlperf_keras.workloads.base import (Evaluator, RepeatedBatch, TrainData, Workload, per_worker_eval_batch,
+                                         worker_share)
 
 # ImageNet-2012 sizes, for --dry_run and --synthetic without data.
 IMAGENET = {"train_images": 1_281_167, "val_images": 50_000}
@@ -277,9 +278,6 @@ class ResNet50(Workload):
                               f"(or {classes + 1}: a background class 0, as the reference's 1001-way head)")
         return head - classes
 
-    def _eval_batch(self, config) -> int:
-        return config.hparams["eval_batch_size"] or config.per_worker_batch_size
-
     def train_data(self, config, dist, manifest):
         from mlperf_keras.inputs import records
 
@@ -290,15 +288,22 @@ class ResNet50(Workload):
                                   records.worker_rows(manifest, "train", dist.rank, dist.world_size))
 
     def synthetic_train_data(self, config, dist):
-        return _SyntheticTrainData(config, dist.rank, self.steps_per_epoch(config, None))
+        """One random uint8 batch of the real shape."""
+        hp = config.hparams
+        rng = np.random.default_rng(config.seed + dist.rank)
+        batch, size = config.per_worker_batch_size, hp["image_size"]
+        images = rng.integers(0, 256, (batch, size, size, 3), dtype=np.uint8)
+        labels = rng.integers(0, hp["num_classes"], batch).astype(np.int32)
+        return RepeatedBatch((images, labels), self.steps_per_epoch(config, None), samples_per_epoch=hp["train_images"])
 
     def evaluator(self, config, dist, manifest):
+        batch = per_worker_eval_batch(config)
         if manifest is None:
-            return _SyntheticEvaluator(config, dist, self._eval_batch(config))
+            return _SyntheticEvaluator(config, dist, batch)
         from mlperf_keras.inputs import records
 
         paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
-        return _TopOneEvaluator(config, dist, paths, manifest["counts"]["val_images"], self._eval_batch(config),
+        return _TopOneEvaluator(config, dist, paths, manifest["counts"]["val_images"], batch,
                                 self._label_offset(config, manifest))
 
     # ---- MLLOG ----
@@ -368,22 +373,6 @@ class _ImageNetTrainData(TrainData):
         return records.backend_batches(self.dataset(epoch))
 
 
-class _SyntheticTrainData(TrainData):
-    """One random uint8 batch of the real shape, repeated: measures the model and the loop, not the input."""
-
-    def __init__(self, config, rank, steps):
-        hp = config.hparams
-        rng = np.random.default_rng(config.seed + rank)
-        batch, size = config.per_worker_batch_size, hp["image_size"]
-        self.images = rng.integers(0, 256, (batch, size, size, 3), dtype=np.uint8)
-        self.labels = rng.integers(0, hp["num_classes"], batch).astype(np.int32)
-        self.steps_per_epoch, self.samples_per_epoch = steps, hp["train_images"]
-
-    def batches(self, epoch):
-        for _ in range(self.steps_per_epoch):
-            yield self.images, self.labels
-
-
 def _count_top1(logits, labels) -> tuple[int, int]:
     labels = np.asarray(labels)
     valid = labels >= 0
@@ -422,7 +411,7 @@ class _SyntheticEvaluator(Evaluator):
         hp = config.hparams
         self.dist, self.num_samples = dist, hp["val_images"]
         rng = np.random.default_rng(config.seed + 7)
-        self.local = hp["val_images"] // dist.world_size + (dist.rank < hp["val_images"] % dist.world_size)
+        self.local = worker_share(hp["val_images"], dist.rank, dist.world_size)
         self.images = rng.integers(0, 256, (batch, hp["image_size"], hp["image_size"], 3), dtype=np.uint8)
         self.labels = rng.integers(0, hp["num_classes"], batch).astype(np.int32)
 

@@ -40,7 +40,8 @@ import numpy as np
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs import default_boxes
 from mlperf_keras.layers import backbone_weights
-from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+from mlperf_keras.workloads.base import (Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData, Workload,
+                                         per_worker_eval_batch)
 
 # COCO 2017 as the reference reads it (images with at least one annotation), for --dry_run and --synthetic.
 COCO2017 = {"train_images": 117_266, "val_images": 4_952, "num_classes": 81}
@@ -195,9 +196,6 @@ class SSD(Workload):
         images = manifest["counts"]["train_images_annotated"] if manifest else config.hparams["train_images"]
         return max(1, math.ceil(images / config.global_batch_size))
 
-    def _eval_batch(self, config) -> int:
-        return config.hparams["eval_batch_size"] or config.per_worker_batch_size
-
     def train_data(self, config, dist, manifest):
         from mlperf_keras.inputs import records
 
@@ -206,18 +204,29 @@ class SSD(Workload):
                               manifest["counts"]["train_images_annotated"])
 
     def synthetic_train_data(self, config, dist):
-        return _SyntheticTrainData(config, dist.rank, self.steps_per_epoch(config, None))
+        """One random batch of the real shapes; about 1% of the boxes positive, as on COCO."""
+        hp = config.hparams
+        rng = np.random.default_rng(config.seed + dist.rank)
+        batch, boxes = config.per_worker_batch_size, len(default_boxes.default_boxes())
+        images = rng.integers(0, 256, (batch, 300, 300, 3), dtype=np.uint8)
+        positive = rng.random((batch, boxes)) < 0.01
+        labels = np.where(positive, rng.integers(1, hp["num_classes"], (batch, boxes)), 0).astype(np.int32)
+        offsets = np.where(positive[..., None], rng.normal(0, 1, (batch, boxes, 4)), 0).astype(np.float32)
+        return RepeatedBatch((images, (offsets, labels)), self.steps_per_epoch(config, None),
+                             samples_per_epoch=hp["train_images"])
 
     def evaluator(self, config, dist, manifest):
+        batch = per_worker_eval_batch(config)
         if manifest is None:
-            return _SyntheticEvaluator(config, dist, self._eval_batch(config))
+            images = np.random.default_rng(config.seed + 7).integers(0, 256, (batch, 300, 300, 3), dtype=np.uint8)
+            return SyntheticForwardEvaluator(images, batch, config.hparams["val_images"], dist)
         from mlperf_keras.inputs import records
+        from mlperf_keras.inputs.manifest import split_shards
 
         paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
-        annotations = [f["name"] for f in manifest["files"] if f.get("split") == "annotations"]
-        return _CocoEvaluator(config, dist, paths, os.path.join(config.data_dir, annotations[0]),
-                              manifest["categories"], manifest["counts"]["val_images_annotated"],
-                              self._eval_batch(config))
+        annotations = os.path.join(config.data_dir, split_shards(manifest, "annotations")[0]["name"])
+        return _CocoEvaluator(config, dist, paths, annotations,
+                              manifest["categories"], manifest["counts"]["val_images_annotated"], batch)
 
     # ---- MLLOG ----
 
@@ -267,25 +276,6 @@ class _CocoTrainData(TrainData):
             num_images=self.num_images))
 
 
-class _SyntheticTrainData(TrainData):
-    """One random batch of the real shapes, repeated; about 1% of the boxes positive, as on COCO."""
-
-    def __init__(self, config, rank, steps):
-        hp = config.hparams
-        rng = np.random.default_rng(config.seed + rank)
-        batch, boxes = config.per_worker_batch_size, len(default_boxes.default_boxes())
-        self.images = rng.integers(0, 256, (batch, 300, 300, 3), dtype=np.uint8)
-        positive = rng.random((batch, boxes)) < 0.01
-        labels = np.where(positive, rng.integers(1, hp["num_classes"], (batch, boxes)), 0).astype(np.int32)
-        offsets = np.where(positive[..., None], rng.normal(0, 1, (batch, boxes, 4)), 0).astype(np.float32)
-        self.targets = (offsets, labels)
-        self.steps_per_epoch, self.samples_per_epoch = steps, hp["train_images"]
-
-    def batches(self, epoch):
-        for _ in range(self.steps_per_epoch):
-            yield self.images, self.targets
-
-
 class _CocoEvaluator(Evaluator):
     """COCO box mAP over every annotated val image: each worker predicts its shards, the detections are gathered and
     scored once by pycocotools (metrics.coco)."""
@@ -311,18 +301,3 @@ class _CocoEvaluator(Evaluator):
             loc, logits = predict(images)
             self.metric.add_batch(np.asarray(image_ids), np.asarray(heights), np.asarray(widths), loc, logits)
         return self.metric.result()
-
-
-class _SyntheticEvaluator(Evaluator):
-    """The eval forward passes over as many random images as the val set has; the number means nothing."""
-
-    def __init__(self, config, dist, batch):
-        hp = config.hparams
-        self.dist, self.num_samples = dist, hp["val_images"]
-        self.local = hp["val_images"] // dist.world_size + (dist.rank < hp["val_images"] % dist.world_size)
-        self.images = np.random.default_rng(config.seed + 7).integers(0, 256, (batch, 300, 300, 3), dtype=np.uint8)
-
-    def evaluate(self, predict):
-        for _ in range(0, self.local, len(self.images)):
-            predict(self.images)
-        return float(self.dist.sum_across_workers([0.0])[0])
