@@ -19,6 +19,7 @@ Three numbers are measured in the same process:
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -28,7 +29,7 @@ import numpy as np
 from absl import app, flags
 
 from mlperf_keras import train as train_cli  # defines the shared training flags
-from mlperf_keras.config import ConfigError
+from mlperf_keras.config import EXIT_DIVERGED, ConfigError
 
 flags.DEFINE_integer("steps", 50, "Timed steps per measurement.")
 flags.DEFINE_integer("warmup_steps", 5, "Untimed steps first (compilation, autotuning).")
@@ -41,9 +42,17 @@ flags.DEFINE_integer("decode_batches", 0, "Time beam-search decoding instead of 
 FLAGS = flags.FLAGS
 
 
+class NonFiniteLoss(Exception):
+    """The timed steps reached a non-finite loss: a diverged state's timings measure NaN arithmetic (data-dependent
+    loops such as NMS run differently on NaN boxes), not the workload."""
+
+
 def _block(value):
-    """Wait until the device has produced value (a loss)."""
-    return float(value)
+    """Wait until the device has produced value (a loss); NonFiniteLoss if it is not finite."""
+    loss = float(value)
+    if not math.isfinite(loss):
+        raise NonFiniteLoss(f"the loss became {loss} during the benchmark's steps")
+    return loss
 
 
 def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers: int) -> dict:
@@ -140,7 +149,14 @@ def main(argv):
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    result = measure(step, batch, FLAGS.steps, FLAGS.warmup_steps, samples_per_step, dist.world_size)
+    try:
+        result = measure(step, batch, FLAGS.steps, FLAGS.warmup_steps, samples_per_step, dist.world_size)
+    except NonFiniteLoss as e:
+        print(f"error: {e}, so no throughput is reported. From random weights at the reference's learning rate a "
+              f"model can diverge within a few steps (Mask R-CNN without its pretrained backbone does): give "
+              f"--backbone_weights, or a smaller --hparams=learning_rate (the step's work does not depend on it)",
+              file=sys.stderr)
+        return EXIT_DIVERGED
     peak = config.system.peak_tflops
     devices = max(1, config.system.accelerators_per_worker) * dist.world_size
     # FLOPs per sample are the reference model's: a model resized by --hparams gets no FLOP figures.

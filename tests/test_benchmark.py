@@ -54,3 +54,14 @@ def test_transformer_benchmark_saves_the_batch_it_measured(tmp_path):
     assert saved["labels"].shape == saved["target_input"].shape
     assert int(np.count_nonzero(saved["labels"])) == measured["samples_per_step"] > 0
     np.testing.assert_array_equal(saved["target_input"][:, 1:], saved["labels"][:, :-1])  # shifted behind a 0
+
+
+def test_a_diverging_step_is_not_timed():
+    """measure() stops at a non-finite loss (NaN boxes change how long data-dependent loops run: not a timing of the
+    workload); the CLI turns it into an error and EXIT_DIVERGED."""
+    from mlperf_keras import benchmark
+
+    losses = iter([1.0, 2.0, float("nan")] + [1.0] * 20)
+    with pytest.raises(benchmark.NonFiniteLoss, match="nan"):
+        benchmark.measure(lambda x, y: next(losses), (None, None), steps=2, warmup=1, global_batch=1,
+                          num_workers=1)
