@@ -92,6 +92,22 @@ def mllog_events(path):
     return [json.loads(line[len(":::MLLOG "):]) for line in open(path) if line.startswith(":::MLLOG ")]
 
 
+
+def not_converged_horovod_events(proc, out) -> list:
+    """A horovodrun job whose run stopped short of the target: rank 0 exits 5 (not converged), which horovodrun
+    reports with a non-zero status and a RuntimeError naming "Exit code: 5", no worker raised, and out holds one log
+    ending in run_stop aborted (no failure reason). -> that log's events."""
+    import glob
+
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Exit code: 5" in output, output[-3000:]
+    assert "<stderr>:Traceback" not in output, output[-3000:]
+    (log,) = glob.glob(str(out / "*.log"))
+    events = mllog_events(log)
+    (stop,) = [e for e in events if e["key"] == "run_stop"]
+    assert stop["metadata"]["status"] == "aborted" and "reason" not in stop["metadata"], stop
+    return events
+
 def checker_messages(log_path, ruleset: str):
     """The official mlperf-logging checker on a log at a training ruleset: (valid, every message it gave)."""
     from mlperf_logging.compliance_checker import mlp_compliance
