@@ -12,7 +12,8 @@ import pytest
 import yaml
 from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
-from tests.conftest import checker_messages, mllog_events, not_converged_horovod_events, prepare_coco_same_val, resolve_run, run_cli
+from tests.conftest import (checker_messages, mllog_events, not_converged_horovod_events, prepare_coco_same_val,
+                            resolve_run, run_cli)
 
 # A small model and image size for CPU runs (hparams of the workload; the demo's model, smaller images).
 SMALL = ("block_sizes=1-1-1-1,width=8,fpn_channels=16,representation_size=64,mask_conv_layers=16-16,"
