@@ -296,7 +296,7 @@ def gnmt_setup(batch, seq_len=32, batch_file=None):
     return step, int((source != 0).sum() + (labels != 0).sum())
 
 
-def maskrcnn_setup(batch, height=800, width=1333, objects=7):
+def maskrcnn_setup(batch, height=800, width=1333, objects=7, autocast=True):
     """torchvision's Mask R-CNN (ResNet-50-FPN) as `maskrcnn_resnet50_fpn(weights=...)` builds it (frozen batch
     norms, conv1 and layer1 frozen: the reference's FREEZE_CONV_BODY_AT 2), untrained, 81 classes: 44,347,573
     parameters. ROI counts as the MLPerf reference's (and ours): 2000 per level before NMS, NMS 0.7, 1000
@@ -338,7 +338,7 @@ def maskrcnn_setup(batch, height=800, width=1333, objects=7):
     checked = []
 
     def step():
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=autocast):
             losses = model(images, targets)
         loss = sum(losses.values())
         if not checked:  # the padded batch the model computed on, once
@@ -365,6 +365,8 @@ def main():
     parser.add_argument("--height", type=int, default=800, help="maskrcnn: image height (before padding to 32)")
     parser.add_argument("--width", type=int, default=1333, help="maskrcnn: image width (before padding to 32)")
     parser.add_argument("--objects", type=int, default=7, help="maskrcnn: objects (boxes and masks) per image")
+    parser.add_argument("--fp32", action="store_true", help="maskrcnn: no bf16 autocast (as ours under "
+                        "flags/cpu.flags, float32)")
     parser.add_argument("--no_compile", action="store_true", help="time the eager step (gnmt: cuDNN LSTMs run "
                         "eagerly either way)")
     parser.add_argument("--batch_file", help="transformer, gnmt: time this batch instead (an .npz written by "
@@ -384,7 +386,7 @@ def main():
         # The mask head's batch is the sampled positives, a count that changes from step to step: cuDNN's
         # autotuner would search again for every new shape.
         torch.backends.cudnn.benchmark = False
-        step = setup(args.batch_size, args.height, args.width, args.objects)
+        step = setup(args.batch_size, args.height, args.width, args.objects, autocast=not args.fp32)
     else:
         step = compile_(setup(args.batch_size))
     sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
@@ -412,7 +414,7 @@ def main():
     if args.model == "maskrcnn":
         batch = f"{args.height}x{args.width} images padded to multiples of 32, {args.objects} objects each"
     print(json.dumps({"peer": args.model, "samples_per_s": rate, "samples_per_step": samples, "batch": batch,
-                      "compiled": not args.no_compile, "torch": torch.__version__,
+                      "compiled": not args.no_compile, "torch": torch.__version__, "bf16_autocast": not args.fp32,
                       "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"}))
 
 

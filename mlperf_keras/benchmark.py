@@ -179,13 +179,20 @@ def main(argv):
         print(f"{config.model} {config.backend} {config.precision} batch {config.global_batch_size} "
               f"({samples_per_step:,} {unit} per step) "
               f"on {devices} x {config.system.accelerator_model}:\n"
-              f"  loop  {result['loop_samples_per_s']:,.0f} {unit}/s ({result['loop_samples_per_s_per_worker']:,.0f} "
+              f"  loop  {_rate(result['loop_samples_per_s'])} {unit}/s "
+              f"({_rate(result['loop_samples_per_s_per_worker'])} "
               f"per worker), {result['loop_vs_bare']:.1%} of bare\n"
-              f"  bare  {result['bare_samples_per_s']:,.0f} {unit}/s\n"
+              f"  bare  {_rate(result['bare_samples_per_s'])} {unit}/s\n"
               f"  step  median {result['step_ms_median']:.2f} ms, p90 {result['step_ms_p90']:.2f} ms\n"
               f"  {result['train_tflops_per_s']:.2f} TFLOP/s ({peak_text})")
         _write_json(result)
     return 0
+
+
+def _rate(value: float) -> str:
+    """Whole numbers with thousands separators; three significant digits below 100 (a CPU's 0.102 images/s is not
+    0)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _write_json(result: dict) -> None:
