@@ -21,10 +21,20 @@ from mlperf_keras.config import ConfigError
 
 # Variables a launcher sets for each worker it starts: horovodrun (Gloo), Open MPI, MPICH/Slurm PMI.
 _LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+# ... and the number of them on this host.
+_LAUNCHER_LOCAL_SIZE_VARS = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 
 
 def launched_workers() -> int:
     for var in _LAUNCHER_SIZE_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1
+
+
+def local_workers() -> int:
+    """Workers the launcher started on this host (1 without a launcher)."""
+    for var in _LAUNCHER_LOCAL_SIZE_VARS:
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
     return 1

@@ -16,8 +16,6 @@ import os
 
 import numpy as np
 
-# Variables a launcher sets to the number of workers it started on this host (horovodrun, Open MPI, Slurm).
-_LOCAL_SIZE_VARS = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 MAX_AUTO_PROCESSES = 8
 
 
@@ -31,7 +29,9 @@ def encode_image_masks(masks: np.ndarray, boxes: np.ndarray, height: int, width:
 def auto_processes() -> int:
     """The host's cores shared among the training workers on it, one left to each worker itself, at most 8;
     1 (no pool, paste in the worker) where that leaves fewer than 2."""
-    local = next((int(os.environ[v]) for v in _LOCAL_SIZE_VARS if os.environ.get(v, "").isdigit()), 1)
+    from mlperf_keras import distribute
+
+    local = distribute.local_workers()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     share = cores // max(local, 1) - 1
     return min(share, MAX_AUTO_PROCESSES) if share >= 2 else 1

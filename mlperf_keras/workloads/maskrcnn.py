@@ -21,8 +21,8 @@ paths below are under maskrcnn_benchmark/):
   score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size and thresholded at 0.5,
   COCO "bbox" and "segm" AP (metrics.coco.CocoInstanceMetric) of every val image, gathered from every worker and
   scored once; detections are scaled back to the original image (BoxList.resize) and written as
-  [x, y, x2 - x + 1, y2 - y + 1] (convert("xywh")), as data/datasets/evaluation/coco/coco_eval.py does (which
-  pastes in one process; here a pool of processes pastes beside the predictions, metrics.paste_pool);
+  [x, y, x2 - x + 1, y2 - y + 1] (convert("xywh")), as data/datasets/evaluation/coco/coco_eval.py does; here
+  a pool of processes per worker pastes the masks beside the predictions (metrics.paste_pool);
 - target: box mAP >= 0.377 AND mask mAP >= 0.339; MLLOG eval_accuracy {"BBOX": .., "SEGM": ..}.
 
 Differences from the reference, on purpose:
