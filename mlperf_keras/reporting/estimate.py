@@ -17,6 +17,7 @@ epochs of the other submissions at a global batch within 1.5x.
 """
 
 import collections
+import json
 import dataclasses
 import math
 import os
@@ -358,3 +359,222 @@ def error_band(errors):
     high = min(1.0, BAND[1] * (n + 1) / n)
     low = max(0.0, 1.0 - (1.0 - BAND[0]) * (n + 1) / n)
     return 1.0 / (1.0 + quantile(errors, high)), 1.0 / (1.0 + quantile(errors, low))
+
+
+# -- the command's estimate -------------------------------------------------------------------------------------
+
+class EstimateError(ValueError):
+    """An input the estimate cannot use (one line for the user)."""
+
+
+# Samples in one epoch, in the benchmark's unit: ImageNet-2012's and COCO-2017's training images (rules.TRAIN_SAMPLES);
+# NCF: MovieLens-20M's 19,861,770 training positives (20,000,263 ratings less one held out for each of 138,493
+# users) with 4 negatives each, the reference's (mlcommons/training recommendation/pytorch/ncf.py, --negative_samples
+# 4). GNMT and Transformer count tokens, whose number per epoch depends on the prepared dataset: --epoch_samples.
+EPOCH_SAMPLES = {**rules.TRAIN_SAMPLES, "ncf": 19861770 * (1 + 4)}
+# Epochs between evaluations (MLPerf's cadence: ResNet every 4, the others every epoch) for the evaluation count.
+EVAL_PERIOD = {"resnet": 4}
+# The 1.0.0 RCPs were made at the v1.0 targets, which for resnet (75.9% top-1), ssd (23.0 mAP) and maskrcnn
+# (0.377/0.339) are v0.7's: a round whose target equals v0.7's may use them.
+RCP_ROUND = "0.7"
+
+
+def read_benchmark(path, model):
+    """The last result for `model` in a JSON or JSON-lines file of mlperf_keras.benchmark (--json_out)."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError as error:
+        raise EstimateError(f"--from_benchmark {path}: {error.strerror or error}") from None
+    results = []
+    try:
+        results = [json.loads(text)]
+    except ValueError:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    results.append(json.loads(line))
+                except ValueError:
+                    raise EstimateError(f"--from_benchmark {path}: line {number} is not JSON") from None
+    ours = [r for r in results if isinstance(r, dict) and r.get("model") == model and r.get("loop_samples_per_s")]
+    if not ours:
+        raise EstimateError(f"--from_benchmark {path}: no mlperf_keras.benchmark result for {model} "
+                            f"(a result has 'model' and 'loop_samples_per_s')")
+    return ours[-1]
+
+
+def table_from_logs(folders, benchmark, ruleset, source="published runs"):
+    """[EpochsEntry] of the converged runs of `benchmark` at `ruleset` under the folders, one per result."""
+    from mlperf_keras.reporting.logfiles import find_log_files, read_events
+    from mlperf_keras.reporting.parse import parse_logs
+    from mlperf_keras.reporting.score import group_key
+
+    missing = [f for f in folders if not os.path.isdir(f)]
+    if missing:
+        raise EstimateError(f"not a folder: {missing[0]}")
+    files, _, _ = find_log_files(folders)
+    records, _ = parse_logs(files)
+    groups = collections.defaultdict(list)
+    for record in records:
+        if record.benchmark != benchmark or not record.converged or not record.global_batch_size:
+            continue
+        if rules.short_ruleset(record.ruleset) != rules.short_ruleset(ruleset):
+            continue
+        if source == "published runs" and str(record.division or "").lower() != "closed":
+            continue
+        events, _, _ = read_events(record.path)
+        epochs = full_run_epochs(sorted(events, key=lambda e: e.time_ms), record.run_start_ms, record.run_stop_ms)
+        if epochs:
+            groups[group_key(record)].append((record.global_batch_size, epochs))
+    return [EpochsEntry(key, key[0], key[2], runs[0][0], [e for _, e in runs], source)
+            for key, runs in sorted(groups.items(), key=lambda item: str(item[0]))]
+
+
+def _part(value, source, unit=""):
+    return {"value": value, "source": source, "unit": unit}
+
+
+def estimate(model, ruleset, batch, gpus, benchmark, own=(), published=(), scaling_efficiency=None,
+             eval_seconds=None, warmup_seconds=None, epoch_samples=None):
+    """The estimate as a dict: prediction (minutes: median, low, high) or unknown (with why), and its parts."""
+    result = {"model": model, "ruleset": ruleset, "global_batch_size": batch, "gpus": gpus, "estimate": True,
+              "parts": {}, "unknown": []}
+    parts = result["parts"]
+    epochs = None
+    if rules.mlperf_target(model, ruleset) is None:
+        result["unknown"].append(f"{model} is not part of MLPerf v{ruleset} (no quality target)")
+    elif own:
+        epochs = interpolated_epochs(list(own), batch, "your runs")
+    if epochs is None and rules.mlperf_target(model, ruleset) == rules.mlperf_target(model, RCP_ROUND):
+        epochs = rcp_epochs(model, batch)
+    if epochs is None and published:
+        epochs = interpolated_epochs(list(published), batch, f"published v{ruleset} closed-division runs")
+    if epochs is None:
+        has_rcp = model in ("resnet", "ssd", "maskrcnn")
+        why = (f"no RCP for {model} at the v{ruleset} target" if has_rcp else f"mlperf-logging has no RCP for {model}")
+        result["unknown"].append(f"epochs to converge: {why}, and no runs of {model} at v{ruleset} were given "
+                                 f"(--runs, or --published with a training_results_v{ruleset} folder)")
+    else:
+        parts["epochs"] = _part([epochs.median, epochs.low, epochs.high], epochs.source, "epochs (median, 10%, 90%)")
+
+    samples = epoch_samples or EPOCH_SAMPLES.get(model)
+    if samples is None:
+        result["unknown"].append(f"epoch size: {model} counts tokens and an epoch's tokens depend on the prepared "
+                                 f"dataset (give --epoch_samples)")
+    else:
+        parts["epoch_samples"] = _part(samples, "--epoch_samples" if epoch_samples else "training-set size")
+
+    rate = None
+    if benchmark is None:
+        result["unknown"].append("training rate: no benchmark (--from_benchmark or --run_benchmark)")
+    else:
+        bench_batch = benchmark.get("global_batch_size")
+        if bench_batch and gpus and benchmark.get("accelerators"):
+            per_gpu_then = bench_batch / max(1, benchmark["accelerators"])
+            if abs(per_gpu_then * gpus - batch) > 1e-6:
+                result["unknown"].append(f"training rate: the benchmark ran {per_gpu_then:g} per GPU, the "
+                                         f"estimate needs {batch / gpus:g} (benchmark at that batch)")
+        bench_gpus = max(1, benchmark.get("accelerators") or 1)
+        wanted = gpus or bench_gpus
+        efficiency = 1.0 if scaling_efficiency is None else scaling_efficiency
+        rate = benchmark["loop_samples_per_s"] * wanted / bench_gpus * (efficiency if wanted != bench_gpus else 1.0)
+        parts["rate"] = _part(benchmark["loop_samples_per_s"],
+                              f"measured: mlperf_keras.benchmark on {bench_gpus} x {benchmark.get('accelerator')}, "
+                              f"{benchmark.get('backend')} {benchmark.get('precision')}, synthetic data",
+                              f"{benchmark.get('unit', 'samples')}/s")
+        if wanted != bench_gpus:
+            parts["scaling_efficiency"] = _part(efficiency, "measured (--scaling_efficiency)"
+                                                if scaling_efficiency is not None else "assumed")
+        parts["rate_at_gpus"] = _part(rate, f"rate x {wanted}/{bench_gpus} GPUs x efficiency", parts["rate"]["unit"])
+    parts["eval_seconds"] = _part(eval_seconds or 0.0, "measured (--eval_seconds)" if eval_seconds is not None
+                                  else "assumed (not measured)", "s per evaluation")
+    parts["warmup_seconds"] = _part(warmup_seconds or 0.0, "measured (--warmup_seconds)"
+                                    if warmup_seconds is not None else "assumed (not measured)", "s")
+    parts["init"] = _part(0.0, "outside time-to-train (MLPerf times run_start..run_stop; init precedes it)", "s")
+    if result["unknown"]:
+        result["minutes"] = None
+        return result
+
+    period = EVAL_PERIOD.get(model, 1)
+
+    def minutes(epoch_count):
+        evaluations = math.ceil(epoch_count / period)
+        return ((warmup_seconds or 0.0) + epoch_count * samples / rate + evaluations * (eval_seconds or 0.0)) / 60
+
+    result["minutes"] = {"median": minutes(epochs.median), "low": minutes(epochs.low),
+                         "high": minutes(epochs.high)}
+    result["band_covers"] = "run-to-run spread of epochs to converge only (rate, eval and warm-up as given)"
+    return result
+
+
+def describe(estimate_):
+    """Lines for the terminal."""
+    name = f"{estimate_['model']} v{estimate_['ruleset']}, global batch {estimate_['global_batch_size']:g}"
+    if estimate_.get("gpus"):
+        name += f", {estimate_['gpus']} GPUs"
+    lines = []
+    if estimate_["minutes"] is None:
+        lines.append(f"{name}: time-to-train unknown")
+        lines += [f"  unknown: {why}" for why in estimate_["unknown"]]
+    else:
+        m = estimate_["minutes"]
+        lines.append(f"{name}: estimated time-to-train {m['median']:.1f} min (10-90%: {m['low']:.1f}-{m['high']:.1f}; "
+                     f"the band is the {estimate_['band_covers']})")
+    for key, part in estimate_["parts"].items():
+        value = part["value"]
+        text = ", ".join(f"{v:.3g}" for v in value) if isinstance(value, list) else _number_text(value)
+        lines.append(f"  {key.replace('_', ' ')} {text} {part['unit']}".rstrip() + f", {part['source']}")
+    return "\n".join(lines)
+
+
+def _number_text(value):
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def markdown_line(estimate_):
+    """One line of report.md."""
+    m = estimate_["minutes"]
+    when = f"{m['median']:.1f} min (10-90%: {m['low']:.1f}-{m['high']:.1f})" if m else \
+        "unknown: " + "; ".join(estimate_["unknown"])
+    rate = estimate_["parts"].get("rate_at_gpus")
+    rate_text = f", {rate['value']:,.0f} {rate['unit']}" if rate else ""
+    epochs = estimate_["parts"].get("epochs")
+    epochs_text = f", {epochs['value'][0]:.1f} epochs ({epochs['source']})" if epochs else ""
+    return (f"- ESTIMATE {estimate_['model']} v{estimate_['ruleset']} batch {estimate_['global_batch_size']:g} on "
+            f"{estimate_.get('gpus') or '?'} GPUs: {when}{rate_text}{epochs_text}")
+
+
+def read_estimates(paths):
+    """The estimates in the JSON files (as the command wrote them); EstimateError names a file that is not one."""
+    found = []
+    for path in paths:
+        try:
+            with open(path) as handle:
+                data = json.load(handle)
+        except (OSError, ValueError) as error:
+            raise EstimateError(f"--estimate {path}: not an estimate JSON ({error})") from None
+        if not isinstance(data, dict) or not data.get("estimate") or "model" not in data:
+            raise EstimateError(f"--estimate {path}: not written by python -m mlperf_keras.estimate")
+        data["path"] = path
+        found.append(data)
+    return found
+
+
+def estimates_markdown(estimates, results=()):
+    """A report.md section: each estimate beside the measured/published scores of the same benchmark."""
+    lines = ["", "## Estimates (predicted, not measured)", "",
+             "| benchmark | round | GPUs | global batch | time-to-train | kind | source |", "|---|---|---:|---:|---|---|---|"]
+    rows = []
+    for e in estimates:
+        m = e.get("minutes")
+        text = f"{m['median']:.2f} min ({m['low']:.2f}-{m['high']:.2f})" if m else "unknown"
+        rows.append((e["model"], str(e["ruleset"]), str(e.get("gpus") or "?"), f"{e['global_batch_size']:g}", text,
+                     "**estimate**", os.path.basename(e["path"])))
+        for result in results:
+            if result.benchmark == e["model"] and result.score_min is not None:
+                batch = result.used[0].global_batch_size if result.used else None
+                rows.append((result.benchmark, str(result.ruleset), str(result.used[0].device_count or "?"),
+                             f"{batch:g}" if batch else "?", f"{result.score_min:.2f} min", "measured",
+                             result.system))
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
