@@ -123,8 +123,8 @@ def short_run(events, run_start_ms):
     if eval_starts and eval_stops:
         result.eval_s = max(0.0, (eval_stops[0].time_ms - eval_starts[0].time_ms) / 1000.0)
     # Asynchronous evaluation: the next epoch or block began before the evaluation's result came.
-    if eval_starts and any(e.key in ("block_start", "epoch_start") and e.time_ms > eval_starts[0].time_ms
-                           for e in seen):
+    if eval_starts and any(e.key in ("block_start", "epoch_start")
+                           for e in seen[seen.index(eval_starts[0]) + 1:]):
         result.eval_overlaps = True
         result.eval_s = 0.0
     return result
