@@ -50,12 +50,10 @@ def load(results_dirs, cache=None):
             continue
         events, _, _ = read_events(record.path)
         events.sort(key=lambda e: e.time_ms)
-        features = {
-            "short": estimate.short_run(events, record.run_start_ms),
-            "epochs": estimate.full_run_epochs(events, record.run_start_ms, record.run_stop_ms),
-            "schedule": estimate.eval_schedule(events, record.run_start_ms, record.run_stop_ms),
-            "full": estimate.steady_epoch_from_full(events, record.run_start_ms, record.run_stop_ms),
-        }
+        short = estimate.short_run(events, record.run_start_ms)
+        until = record.run_start_ms + 1000 * short.first_eval_s if short else record.run_start_ms
+        features = {"short": short, "hyperparameters": estimate.logged_hyperparameters(events, until),
+                    **estimate.full_run(events, record.run_start_ms, record.run_stop_ms)}
         runs.append((record, features))
     if cache:
         with open(cache, "wb") as handle:
@@ -80,17 +78,20 @@ class Submissions:
         self.stats, self.table = {}, []
         for result in self.results:
             key = group_key(result.used[0])
-            warmups, periods = [], []
+            warmups, periods, pairs = [], [], []
             for record in result.used:
-                short, full = record.features["short"], record.features["full"]
-                if short and full:
-                    warmups.append(estimate.warmup_s(short, full[1]))
+                short, steady = record.features["short"], record.features["steady_epoch_s"]
+                if short and steady:
+                    warmups.append(estimate.warmup_s(short, steady))
+                    pairs.append((short.train_end_s / short.first_eval_epochs, steady))
                 period = estimate.eval_period(record.features["schedule"])
                 if period:
                     periods.append(period)
             period = statistics.median(periods) if periods else 1.0
             self.stats[key] = {"org": _org(result), "warmup": statistics.median(warmups) if warmups else None,
-                               "period": period}
+                               "period": period, "first_epochs": result.used[0].features["short"].first_eval_epochs
+                               if result.used[0].features["short"] else 1.0,
+                               "pair": tuple(statistics.median(p) for p in zip(*pairs)) if pairs else None}
             converged = [r.features["epochs"] for r in result.used if r.converged and r.features["epochs"]]
             if converged:
                 batch = result.used[0].global_batch_size
@@ -98,18 +99,53 @@ class Submissions:
                 # middle of the last evaluation interval, so that submissions with different cadences agree.
                 self.table.append(estimate.EpochsEntry(key, result.benchmark, result.ruleset, batch, converged))
                 self.table[-1].points = [e - period / 2 for e in converged]
+                self.table[-1].schedule = self.schedule(result)
 
-    def _others(self, result, name, same_org):
+    @staticmethod
+    def schedule(result):
+        return estimate.schedule_epochs(result.benchmark, result.used[0].features["hyperparameters"],
+                                        result.used[0].global_batch_size)
+
+    def _others(self, result, name, same_org, exclude=()):
         key = group_key(result.used[0])
         values = [v[name] for k, v in self.stats.items()
-                  if k != key and k[0] == result.benchmark and k[2] == result.ruleset and v[name] is not None
-                  and (not same_org or v["org"] == _org(result))]
+                  if k != key and k not in exclude and k[0] == result.benchmark and k[2] == result.ruleset
+                  and v[name] is not None and (not same_org or v["org"] == _org(result))]
         return statistics.median(values) if values else None
 
-    def leave_one_out(self, result, name):
+    def same_org(self, result, name, exclude=()):
+        """{key: `name`} of the same submitter's other results of the round and workload."""
+        key = group_key(result.used[0])
+        return {k: v[name] for k, v in self.stats.items() if k != key and k not in exclude
+                and k[0] == result.benchmark and k[2] == result.ruleset and v[name] is not None
+                and v["org"] == _org(result)}
+
+    def leave_one_out(self, result, name, exclude=()):
         """The median of `name` over the other submissions of the same org (its software), else of all."""
-        value = self._others(result, name, same_org=True)
-        return value if value is not None else self._others(result, name, same_org=False)
+        value = self._others(result, name, True, exclude)
+        return value if value is not None else self._others(result, name, False, exclude)
+
+    def steady_model(self, result):
+        """A SteadyModel fitted on the same submitter's other results, or None where a median warm-up did better.
+
+        Chosen by leave-one-out inside the others: each of them is predicted from the rest by both (its steady
+        epoch from its first training); the fit is used only if its median error there is lower."""
+        pairs = self.same_org(result, "pair")
+        if len(pairs) < 3:
+            return None
+        fit_errors, warmup_errors = [], []
+        for held, (first, steady) in pairs.items():
+            model = estimate.SteadyModel.fit([p for k, p in pairs.items() if k != held])
+            epochs = self.stats[held]["first_epochs"]
+            warmup = self.leave_one_out(result, "warmup", exclude={held})
+            if model is None or warmup is None:
+                continue
+            fit_errors.append(abs(model.steady(first) / steady - 1))
+            by_warmup = max(first - min(warmup, 0.9 * first * epochs) / epochs, 0.1 * first)
+            warmup_errors.append(abs(by_warmup / steady - 1))
+        if not fit_errors or statistics.median(fit_errors) >= statistics.median(warmup_errors):
+            return None
+        return estimate.SteadyModel.fit(list(pairs.values()))
 
     def naive(self, result):
         key = group_key(result.used[0])
@@ -123,22 +159,39 @@ class Submissions:
     def ours(self, result):
         key = group_key(result.used[0])
         points = [dataclass_copy(e, e.points) for e in self.table]
-        epochs = estimate.epochs_estimate(points, result.benchmark, result.ruleset,
-                                          result.used[0].global_batch_size, exclude=key)
+        epochs, schedule = None, self.schedule(result)
+        if schedule:
+            # The same submitter's recipe first (its schedules end at the same point of convergence), else all.
+            others = estimate.candidates(points, result.benchmark, result.ruleset, key)
+            own = [e for e in others if self.stats[e.key]["org"] == _org(result)]
+            epochs = (estimate.schedule_scaled_epochs(own, schedule, "the submitter's other runs")
+                      or estimate.schedule_scaled_epochs(others, schedule, "published runs"))
+        if epochs is None:
+            batch = result.used[0].global_batch_size
+            others = estimate.candidates(points, result.benchmark, result.ruleset, key)
+            own = [e for e in others if self.stats[e.key]["org"] == _org(result)
+                   and batch / estimate.NAIVE_BATCH_FACTOR <= e.batch <= batch * estimate.NAIVE_BATCH_FACTOR]
+            epochs = estimate.interpolated_epochs(own or others, batch,
+                                                  "the submitter's other runs" if own else "published runs")
         if epochs is None:
             return None
         warmup, period = self.leave_one_out(result, "warmup"), self.leave_one_out(result, "period") or 1.0
         shorts = [r.features["short"] for r in result.used if r.features["short"]]
+        steady_model = None
+        if shorts and shorts[0].eval_overlaps:
+            steady_model = estimate.SteadyModel.fit(list(self.same_org(result, "pair").values()))
         if len(shorts) < 3:
             return None
         convergence = estimate.run_epochs(epochs, len(shorts))
-        times = [estimate.predict_run(short, point, warmup, period).seconds / 60
+        times = [estimate.predict_run(short, point, warmup, period, steady_model).seconds / 60
                  for short, point in zip(shorts, convergence)]
         return estimate.olympic(times)
 
 
 def dataclass_copy(entry, epochs):
-    return estimate.EpochsEntry(entry.key, entry.benchmark, entry.ruleset, entry.batch, epochs, entry.source)
+    copy = estimate.EpochsEntry(entry.key, entry.benchmark, entry.ruleset, entry.batch, epochs, entry.source)
+    copy.schedule = getattr(entry, "schedule", None)
+    return copy
 
 
 def evaluate(submissions):

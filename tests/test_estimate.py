@@ -55,7 +55,7 @@ def test_short_run_separates_overhead_first_epoch_steady_epochs_and_eval(tmp_pat
     start = events[0].time_ms
     short = estimate.short_run(events, start)
     assert short.first_eval_s == 197 and short.first_eval_epochs == 3
-    assert short.overhead_s == 2 and short.first_segment_s == 190
+    assert short.overhead_s == 2 and short.train_end_s == 192
     assert short.steady_epoch_s == 60          # epochs 2 and 3; epoch 1 (70 s) holds the warm-up
     assert short.eval_s == 5 and not short.eval_overlaps
     # Only what came before the first eval_accuracy: the second evaluation (epoch 7) is not seen.
@@ -83,17 +83,18 @@ def test_block_labelled_evaluations_count_the_epochs_of_the_block(tmp_path):
         (361, "run_stop", None, {"status": "aborted"}),
     ])
     short = estimate.short_run(asynchronous, asynchronous[0].time_ms)
-    assert short.first_eval_epochs == 1 and short.eval_overlaps and short.eval_s == 0
+    assert short.first_eval_epochs == 1 and short.eval_overlaps
+    assert short.train_end_s == 300 and short.eval_s == 60     # the latency; training went on meanwhile
 
 
 def test_prediction_adds_steady_epochs_to_the_first_evaluation(tmp_path):
     events = _nvidia_style(tmp_path)
     short = estimate.short_run(events, events[0].time_ms)
-    # Evaluations every 4 epochs after epoch 3; convergence point 6.2 -> the run stops at the evaluation after 7.
+    # Evaluations every 4 epochs after epoch 3; convergence point 6.2 -> the run stops at the evaluation after 7:
+    # the first evaluation's training (192 s), 4 steady epochs of 60 s, two evaluations of 5 s.
     prediction = estimate.predict_run(short, 6.2, warmup=None, period=4)
-    assert prediction.epochs == 7
-    assert prediction.steady_epoch_s == pytest.approx(60 + 5 / 4)
-    assert prediction.seconds == pytest.approx(197 + 4 * (60 + 5 / 4))
+    assert prediction.epochs == 7 and prediction.steady_epoch_s == 60
+    assert prediction.seconds == pytest.approx(192 + 4 * 60 + 2 * 5)
     # The naive estimator counts the first epoch's warm-up and the evaluation as steady time.
     assert estimate.naive_time(short, 7) == pytest.approx(197 / 3 * 7)
 
@@ -103,6 +104,36 @@ def test_without_timed_epochs_the_warm_up_comes_from_elsewhere():
     assert estimate.predict_run(short, 5, warmup=20.0, period=1).seconds == pytest.approx(100 + 4 * 80)
     # A warm-up longer than the first evaluation cannot be right: at most 90% of it.
     assert estimate.predict_run(short, 2, warmup=500.0, period=1).steady_epoch_s == pytest.approx(10)
+    # An asynchronous evaluation (10 s latency) adds only the last one's latency, however many ran.
+    overlapped = estimate.ShortRun(first_eval_s=110.0, first_eval_epochs=1.0, train_end_s=100.0, eval_s=10.0,
+                                   eval_overlaps=True)
+    assert estimate.predict_run(overlapped, 5, warmup=20.0, period=1).seconds == pytest.approx(100 + 4 * 80 + 10)
+
+
+def test_steady_model_recovers_a_linear_relation():
+    """steady = 1.1 x first - 5 on three systems: the fit gives back 1.1 and 5."""
+    model = estimate.SteadyModel.fit([(first, 1.1 * first - 5) for first in (20.0, 60.0, 300.0)])
+    assert model.slope == pytest.approx(1.1) and model.offset == pytest.approx(5)
+    assert model.steady(100.0) == pytest.approx(105)
+    assert estimate.SteadyModel.fit([(20.0, 17.0)]) is None
+
+
+def test_resnet_schedule_length_from_logged_hyperparameters():
+    """training_results_v0.7 @0a8a85a, Google/results/tpu-v3-8192-TF/resnet/result_0.txt logs
+    lars_opt_learning_rate_decay_steps 1133 and lars_opt_learning_rate_warmup_epochs 31 at global batch 65536:
+    31 + 1133 x 65536 / 1281167 epochs; NVIDIA/results/dgx1_ngc20.06_mxnet logs lars_opt_learning_rate_decay_steps
+    37 (epochs, the warm-up inside)."""
+    google = {"opt_name": "lars", "lars_opt_learning_rate_decay_steps": 1133,
+              "lars_opt_learning_rate_warmup_epochs": 31}
+    assert estimate.schedule_epochs("resnet", google, 65536) == pytest.approx(31 + 1133 * 65536 / 1281167)
+    nvidia = {"opt_name": "lars", "lars_opt_learning_rate_decay_steps": 37, "lars_opt_learning_rate_warmup_epochs": 2}
+    assert estimate.schedule_epochs("resnet", nvidia, 1664) == 37
+    assert estimate.schedule_epochs("ssd", google, 1024) is None
+    entries = [_entry("a", 1, [36.0]), _entry("b", 1, [45.0]), _entry("c", 1, [50.0])]
+    for entry, schedule in zip(entries, (40.0, 50.0, 50.0)):
+        entry.schedule = schedule
+    # Ratios 0.9, 0.9, 1.0: median 0.9.
+    assert estimate.schedule_scaled_epochs(entries, 60.0, "test").median == pytest.approx(54)
 
 
 def _entry(name, batch, epochs, benchmark="gnmt", ruleset="0.7"):

@@ -38,11 +38,14 @@ class ShortRun:
     first_eval_s: float                  # run_start .. first eval_accuracy
     first_eval_epochs: float             # epochs trained when the first evaluation ran (counted from 1)
     overhead_s: float = 0.0              # run_start .. first training event
-    first_segment_s: Optional[float] = None   # first training event .. first eval_start (or eval_accuracy)
-    steady_epoch_s: Optional[float] = None    # median epoch time after the first epoch, where timed
-    eval_s: Optional[float] = None       # one evaluation's eval_start .. eval_stop (synchronous evaluations)
-    eval_overlaps: bool = False          # the first evaluation ran while the next epoch trained
-    eval_period_epochs: Optional[float] = None   # epochs between evaluations, where the log tells before eval 1
+    train_end_s: Optional[float] = None  # run_start .. the end of that training (eval_start; else eval_accuracy)
+    eval_s: float = 0.0                  # train end .. eval_accuracy: one evaluation's cost (its latency if async)
+    eval_overlaps: bool = False          # the next epoch trained while the evaluation ran (asynchronous)
+    steady_epoch_s: Optional[float] = None   # median training-only epoch time after the first, where timed
+
+    def __post_init__(self):
+        if self.train_end_s is None:
+            self.train_end_s = self.first_eval_s
 
 
 @dataclasses.dataclass
@@ -90,79 +93,82 @@ def epochs_at_eval(events, index, base=None):
     return float(epoch - base + 1)
 
 
+def _evaluations(events, run_start_ms, run_stop_ms=None):
+    """[(index of the eval_accuracy, end of the training before it in ms, asynchronous)] in run order.
+
+    The training before an evaluation ends at its eval_start (logs without eval_start: at the eval_accuracy, the
+    evaluation's cost then counted as training); an evaluation during which a block or epoch started ran
+    asynchronously (NVIDIA's Mask R-CNN), so its cost is not added to the run, only the last one's latency.
+    """
+    found, eval_start, trained = [], None, False
+    for index, event in enumerate(events):
+        if event.time_ms < run_start_ms:
+            continue
+        if run_stop_ms is not None and event.time_ms > run_stop_ms:
+            break
+        if event.key == "eval_start":
+            eval_start, trained = event.time_ms, False
+        elif event.key in ("block_start", "epoch_start") and eval_start is not None:
+            trained = True
+        elif event.key == "eval_accuracy":
+            found.append((index, eval_start if eval_start is not None else event.time_ms, trained))
+            eval_start = None
+    return found
+
+
 def short_run(events, run_start_ms):
     """The ShortRun of one log (its events up to the first eval_accuracy); None if it never evaluated."""
-    first_eval = next((i for i, e in enumerate(events) if e.key == "eval_accuracy" and e.time_ms >= run_start_ms),
-                      None)
-    if first_eval is None:
+    evaluations = _evaluations(events, run_start_ms)
+    if not evaluations:
         return None
-    base = _epoch_base(events)
-    epochs = epochs_at_eval(events, first_eval, base)
+    index, train_end_ms, overlaps = evaluations[0]
+    epochs = epochs_at_eval(events, index, _epoch_base(events))
     if not epochs or epochs <= 0:
         return None
-    seen = [e for e in events[:first_eval + 1] if e.time_ms >= run_start_ms]
-    t_eval = events[first_eval].time_ms
-    to_s = lambda ms: (ms - run_start_ms) / 1000.0  # noqa: E731
-    train_starts = [e.time_ms for e in seen if e.key in ("block_start", "epoch_start")]
-    first_train = min(train_starts) if train_starts else run_start_ms
-    eval_starts = [e for e in seen if e.key == "eval_start"]
-    eval_stops = [e for e in seen if e.key == "eval_stop"]
-    segment_end = eval_starts[0].time_ms if eval_starts else t_eval
-    result = ShortRun(first_eval_s=to_s(t_eval), first_eval_epochs=epochs, overhead_s=to_s(first_train),
-                      first_segment_s=(segment_end - first_train) / 1000.0)
-    # Epochs timed after the first: the steady rate, without the first epoch's warm-up.
+    seen = [e for e in events[:index + 1] if e.time_ms >= run_start_ms]
+    eval_ms = events[index].time_ms
+    starts = [e.time_ms for e in seen if e.key in ("block_start", "epoch_start")]
+    first_train = min(starts) if starts else run_start_ms
+    result = ShortRun(first_eval_s=(eval_ms - run_start_ms) / 1000.0, first_eval_epochs=epochs,
+                      overhead_s=(first_train - run_start_ms) / 1000.0,
+                      train_end_s=(train_end_ms - run_start_ms) / 1000.0, eval_s=(eval_ms - train_end_ms) / 1000.0,
+                      eval_overlaps=overlaps)
+    # Epochs timed after the first, before the evaluation: the steady rate without the first epoch's warm-up.
     open_epochs, durations = {}, []
     for event in seen:
         number = event.metadata.get("epoch_num")
         if event.key == "epoch_start":
             open_epochs[number] = event.time_ms
-        elif event.key == "epoch_stop" and number in open_epochs:
+        elif event.key == "epoch_stop" and number in open_epochs and event.time_ms <= train_end_ms:
             durations.append((event.time_ms - open_epochs.pop(number)) / 1000.0)
     if len(durations) >= 2:
         result.steady_epoch_s = statistics.median(durations[1:])
-    if eval_starts and eval_stops:
-        result.eval_s = max(0.0, (eval_stops[0].time_ms - eval_starts[0].time_ms) / 1000.0)
-    # Asynchronous evaluation: the next epoch or block began before the evaluation's result came.
-    if eval_starts and any(e.key in ("block_start", "epoch_start")
-                           for e in seen[seen.index(eval_starts[0]) + 1:]):
-        result.eval_overlaps = True
-        result.eval_s = 0.0
+    return result
+
+
+def full_run(events, run_start_ms, run_stop_ms):
+    """What a whole run shows: {"epochs": at its last evaluation, "schedule": epochs at each evaluation,
+    "steady_epoch_s": training-only seconds per epoch from the first evaluation to the last (None under 3)}."""
+    evaluations = _evaluations(events, run_start_ms, run_stop_ms)
+    base = _epoch_base(events)
+    schedule = [epochs_at_eval(events, index, base) for index, _, _ in evaluations]
+    result = {"epochs": schedule[-1] if schedule else None, "schedule": schedule, "steady_epoch_s": None}
+    if len(evaluations) >= 3 and None not in schedule and schedule[-1] > schedule[0]:
+        evaluating_s = sum((events[index].time_ms - end) / 1000.0 for index, end, overlaps in evaluations[:-1]
+                           if not overlaps)
+        training_s = (evaluations[-1][1] - evaluations[0][1]) / 1000.0 - evaluating_s
+        result["steady_epoch_s"] = training_s / (schedule[-1] - schedule[0])
     return result
 
 
 def full_run_epochs(events, run_start_ms, run_stop_ms):
     """Epochs trained at the last evaluation before run_stop (what a converged run took), counted from 1."""
-    base = _epoch_base(events)
-    last = None
-    for index, event in enumerate(events):
-        if event.key == "eval_accuracy" and run_start_ms <= event.time_ms <= run_stop_ms:
-            last = index
-    return None if last is None else epochs_at_eval(events, last, base)
+    return full_run(events, run_start_ms, run_stop_ms)["epochs"]
 
 
 def eval_schedule(events, run_start_ms, run_stop_ms):
     """[epochs at each evaluation] of a whole run (counted from 1)."""
-    base = _epoch_base(events)
-    return [epochs_at_eval(events, i, base) for i, e in enumerate(events)
-            if e.key == "eval_accuracy" and run_start_ms <= e.time_ms <= run_stop_ms]
-
-
-def steady_epoch_from_full(events, run_start_ms, run_stop_ms):
-    """(first segment s / first epochs, steady s per epoch from evaluation 2 to the last) of a whole run."""
-    base = _epoch_base(events)
-    evals = [(i, e) for i, e in enumerate(events)
-             if e.key == "eval_accuracy" and run_start_ms <= e.time_ms <= run_stop_ms]
-    if len(evals) < 3:
-        return None
-    first_epochs = epochs_at_eval(events, evals[0][0], base)
-    last_epochs = epochs_at_eval(events, evals[-1][0], base)
-    n_evals = len(evals) - 1
-    span_s = (evals[-1][1].time_ms - evals[0][1].time_ms) / 1000.0
-    if not first_epochs or last_epochs <= first_epochs:
-        return None
-    per_epoch_with_eval = span_s / (last_epochs - first_epochs)
-    first = (evals[0][1].time_ms - run_start_ms) / 1000.0 / first_epochs
-    return first, per_epoch_with_eval, n_evals
+    return full_run(events, run_start_ms, run_stop_ms)["schedule"]
 
 
 # -- epochs to converge ----------------------------------------------------------------------------------------
@@ -282,6 +288,56 @@ def rcp_epochs(benchmark, batch, rcp_ruleset="1.0.0"):
                           f"mlperf-logging {rcp_ruleset} {how}")
 
 
+def logged_hyperparameters(events, until_ms):
+    """{key: first value} of the events logged up to until_ms (hyperparameters come before run_start)."""
+    found = {}
+    for event in events:
+        if event.time_ms > until_ms:
+            break
+        found.setdefault(event.key, event.value)
+    return found
+
+
+# Above this, ResNet's logged decay_steps count optimizer steps (Google's, SIAT's logs: 1,133 to 22,530); at or below,
+# epochs (NVIDIA's MXNet logs: 37 to 59). In training_results_v0.6/v0.7 the two groups do not overlap.
+_DECAY_STEPS_ARE_STEPS = 200
+
+
+def schedule_epochs(benchmark, hyperparameters, batch):
+    """Epochs the learning-rate schedule a log states runs for (ResNet: warm-up + poly decay), None if not stated.
+
+    Submitters tune ResNet's schedule to end where it converges, so this length predicts its epochs better than the
+    global batch does (benchmarks/RESULTS.md). NVIDIA's decay_steps (epochs) include the warm-up; step counts
+    (Google's) do not: epochs = warm-up + steps x batch / 1,281,167.
+    """
+    if benchmark != "resnet" or not batch:
+        return None
+    optimizer = str(hyperparameters.get("opt_name", "")).lower()
+    prefix = "sgd_opt" if optimizer == "sgd" else "lars_opt"
+    decay = _number(hyperparameters.get(f"{prefix}_learning_rate_decay_steps"))
+    warmup = _number(hyperparameters.get(f"{prefix}_learning_rate_warmup_epochs",
+                                         hyperparameters.get("opt_learning_rate_warmup_epochs")))
+    if decay is None or decay <= 0:
+        return None
+    if decay <= _DECAY_STEPS_ARE_STEPS:
+        return float(decay)
+    return float(warmup or 0) + decay * batch / rules.TRAIN_SAMPLES["resnet"]
+
+
+def schedule_scaled_epochs(entries, schedule, source):
+    """Epochs at a run whose schedule is `schedule` epochs long: the median ratio (convergence point / schedule)
+    of the entries that state a schedule; the band from their ratios' spread. None with fewer than two."""
+    ratios = [statistics.median(e.epochs) / e.schedule for e in entries if getattr(e, "schedule", None)]
+    if len(ratios) < 2:
+        return None
+    ratio = statistics.median(ratios)
+    spread = [r / ratio for r in ratios]
+    return EpochsEstimate(ratio * schedule, ratio * schedule * quantile(spread, BAND[0]),
+                          ratio * schedule * quantile(spread, BAND[1]), spread,
+                          f"{source}: {ratio:.3f} x the {schedule:.1f}-epoch learning-rate schedule "
+                          f"({len(ratios)} submissions)")
+
+
 # -- time --------------------------------------------------------------------------------------------------------
 
 def naive_time(short, epochs):
@@ -296,9 +352,9 @@ def eval_period(schedule):
 
 
 def warmup_s(short, steady_epoch_s):
-    """Seconds of a run's first evaluation not explained by steady training: init inside run_start, compilation,
-    warm-up, the first evaluation's own compilation."""
-    return short.first_eval_s - short.first_eval_epochs * steady_epoch_s
+    """Seconds of the first evaluation's training not explained by steady training: start-up inside run_start,
+    compilation, warm-up."""
+    return short.train_end_s - short.first_eval_epochs * steady_epoch_s
 
 
 def quantize(epochs, first_epochs, period):
@@ -315,27 +371,70 @@ class Prediction:
     epochs: float
     steady_epoch_s: float
     warmup_s: float
-    first_eval_s: float
+    eval_s: float
     steady_source: str
 
 
-def predict_run(short, epochs, warmup, period):
-    """Seconds for a run whose short run is `short` to converge in `epochs` (a continuous convergence point).
+def predict_run(short, epochs, warmup, period, steady_model=None):
+    """Seconds for a run whose short run is `short` to converge at `epochs` (a continuous convergence point).
 
-    Steady seconds per epoch (evaluations included): measured where the short run timed two or more epochs,
-    else (first evaluation - warmup) / first epochs, warmup (seconds) from elsewhere (other runs of the same
-    software, or a benchmark's warm-up steps). The run stops at the first of its evaluations after `epochs`.
+    Training-only seconds per epoch: measured where the short run timed two or more epochs; else from the first
+    evaluation's training (train_end_s / its epochs) by `steady_model` (a SteadyModel fitted on other runs of the
+    same software) where given, else that time less `warmup` seconds (from elsewhere: other runs, or a benchmark's
+    warm-up steps). The run stops at the first of its evaluations (every `period` epochs after the first) at or
+    after `epochs`; every synchronous evaluation costs what the first one did, asynchronous ones only the last
+    one's latency.
     """
+    first_per_epoch = short.train_end_s / short.first_eval_epochs
     if short.steady_epoch_s:
-        eval_share = (short.eval_s or 0.0) / period if period else 0.0
-        steady, source = short.steady_epoch_s + eval_share, "measured: epochs timed after the first"
-        warmup = warmup_s(short, steady)
+        steady, source = short.steady_epoch_s, "measured: epochs timed after the first"
+    elif steady_model is not None:
+        steady, source = steady_model.steady(first_per_epoch), f"first training by {steady_model}"
     else:
-        warmup = min(warmup or 0.0, 0.9 * short.first_eval_s)
-        steady, source = (short.first_eval_s - warmup) / short.first_eval_epochs, "first evaluation less warm-up"
+        steady = (short.train_end_s - min(warmup or 0.0, 0.9 * short.train_end_s)) / short.first_eval_epochs
+        source = "first training less warm-up"
     stop = quantize(epochs, short.first_eval_epochs, period)
-    seconds = short.first_eval_s + (stop - short.first_eval_epochs) * steady
-    return Prediction(seconds, stop, steady, warmup, short.first_eval_s, source)
+    later = stop - short.first_eval_epochs
+    evaluations = 1 if short.eval_overlaps else 1 + (later / period if period else 0)
+    seconds = short.train_end_s + later * steady + evaluations * short.eval_s
+    return Prediction(seconds, stop, steady, warmup_s(short, steady), short.eval_s, source)
+
+
+@dataclasses.dataclass
+class SteadyModel:
+    """steady seconds per epoch = slope x first-training seconds per epoch - offset, fitted on other runs.
+
+    The offset is the warm-up (compilation, start-up) spread over the first epochs; a slope above 1 is what an
+    asynchronous evaluation takes from the training it overlaps (absent from the first epoch, which no evaluation
+    overlaps). Fitted by least squares on relative residuals, so that small systems (a second per epoch) weigh as
+    much as large ones."""
+    slope: float
+    offset: float
+    points: int
+
+    def steady(self, first_per_epoch):
+        # Never below a tenth of the first epoch: a fit cannot make a run faster than that.
+        return max(self.slope * first_per_epoch - self.offset, 0.1 * first_per_epoch)
+
+    def __str__(self):
+        return f"{self.slope:.3f} x first - {self.offset:.3g} s ({self.points} submissions)"
+
+    @classmethod
+    def fit(cls, pairs):
+        """pairs: [(first-training seconds per epoch, steady seconds per epoch)]; None under two distinct ones."""
+        pairs = [(x, y) for x, y in pairs if x > 0 and y > 0]
+        if len({round(x, 6) for x, _ in pairs}) < 2:
+            return None
+        # Minimise sum(((slope x - offset - y) / y)^2): linear in (slope, offset).
+        a11 = sum((x / y) ** 2 for x, y in pairs)
+        a12 = -sum(x / y ** 2 for x, y in pairs)
+        a22 = sum(1 / y ** 2 for x, y in pairs)
+        b1 = sum(x / y for x, y in pairs)
+        b2 = -sum(1 / y for x, y in pairs)
+        det = a11 * a22 - a12 * a12
+        if abs(det) < 1e-12 * max(a11 * a22, 1e-300):
+            return None
+        return cls((b1 * a22 - a12 * b2) / det, (a11 * b2 - a12 * b1) / det, len(pairs))
 
 
 def run_epochs(estimate, runs):
