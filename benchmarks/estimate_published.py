@@ -16,6 +16,7 @@ The result folders are git checkouts (or extracts) of mlcommons/training_results
 """
 
 import argparse
+import dataclasses
 import os
 import pickle
 import statistics
@@ -125,28 +126,6 @@ class Submissions:
         value = self._others(result, name, True, exclude)
         return value if value is not None else self._others(result, name, False, exclude)
 
-    def steady_model(self, result):
-        """A SteadyModel fitted on the same submitter's other results, or None where a median warm-up did better.
-
-        Chosen by leave-one-out inside the others: each of them is predicted from the rest by both (its steady
-        epoch from its first training); the fit is used only if its median error there is lower."""
-        pairs = self.same_org(result, "pair")
-        if len(pairs) < 3:
-            return None
-        fit_errors, warmup_errors = [], []
-        for held, (first, steady) in pairs.items():
-            model = estimate.SteadyModel.fit([p for k, p in pairs.items() if k != held])
-            epochs = self.stats[held]["first_epochs"]
-            warmup = self.leave_one_out(result, "warmup", exclude={held})
-            if model is None or warmup is None:
-                continue
-            fit_errors.append(abs(model.steady(first) / steady - 1))
-            by_warmup = max(first - min(warmup, 0.9 * first * epochs) / epochs, 0.1 * first)
-            warmup_errors.append(abs(by_warmup / steady - 1))
-        if not fit_errors or statistics.median(fit_errors) >= statistics.median(warmup_errors):
-            return None
-        return estimate.SteadyModel.fit(list(pairs.values()))
-
     def naive(self, result):
         key = group_key(result.used[0])
         epochs = estimate.naive_epochs(self.table, result.benchmark, result.ruleset,
@@ -156,7 +135,9 @@ class Submissions:
         times = [estimate.naive_time(r.features["short"], epochs) / 60 for r in result.used if r.features["short"]]
         return estimate.olympic(times) if len(times) >= 3 else None
 
-    def ours(self, result):
+    def ours(self, result, oracle=None):
+        """Our prediction (minutes); oracle="epochs" / "rate" puts in each run's own epochs (its last evaluation) /
+        own steady epoch time (from its whole log) instead, to show what the error is made of."""
         key = group_key(result.used[0])
         points = [dataclass_copy(e, e.points) for e in self.table]
         epochs, schedule = None, self.schedule(result)
@@ -176,13 +157,21 @@ class Submissions:
         if epochs is None:
             return None
         warmup, period = self.leave_one_out(result, "warmup"), self.leave_one_out(result, "period") or 1.0
-        shorts = [r.features["short"] for r in result.used if r.features["short"]]
+        runs = [r for r in result.used if r.features["short"]]
+        shorts = [r.features["short"] for r in runs]
+        if oracle == "rate":
+            shorts = [dataclasses.replace(r.features["short"], steady_epoch_s=r.features["steady_epoch_s"]
+                                          or r.features["short"].steady_epoch_s) for r in runs]
         steady_model = None
         if shorts and shorts[0].eval_overlaps:
             steady_model = estimate.SteadyModel.fit(list(self.same_org(result, "pair").values()))
         if len(shorts) < 3:
             return None
-        convergence = estimate.run_epochs(epochs, len(shorts))
+        convergence = [epochs.median] * len(shorts)
+        if oracle == "epochs":
+            # Just below the last evaluation, so that quantize() stops there.
+            convergence = [r.features["epochs"] - 1e-6 if r.features["epochs"] else c
+                           for r, c in zip(runs, convergence)]
         times = [estimate.predict_run(short, point, warmup, period, steady_model).seconds / 60
                  for short, point in zip(shorts, convergence)]
         return estimate.olympic(times)
@@ -234,13 +223,34 @@ def table(rows):
     return "\n".join(lines)
 
 
+def decompose(submissions):
+    """Per round and workload: our median |error|, with each run's own epochs, with its own steady rate."""
+    lines = ["| round | workload | ours | own epochs | own steady rate |", "|---|---|---:|---:|---:|"]
+    for round_ in sorted({r.ruleset for r in submissions.results}):
+        for workload in WORKLOADS:
+            # The results the main table's medians are over (both estimators had a neighbour).
+            chosen = [r for r in submissions.results if r.ruleset == round_ and r.benchmark == workload
+                      and submissions.naive(r) is not None]
+            if not chosen:
+                continue
+            cells = []
+            for oracle in (None, "epochs", "rate"):
+                errors = [abs(p / r.score_min - 1) for r in chosen for p in [submissions.ours(r, oracle)] if p]
+                cells.append(f"{100 * statistics.median(errors):.1f}%" if errors else "-")
+            lines.append(f"| v{round_} | {workload} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", nargs="+", required=True, help="training_results_v0.X folders")
     parser.add_argument("--cache", help="pickle of the parsed runs (speeds up re-runs)")
     parser.add_argument("--per_submission", action="store_true", help="also print every submission's errors")
+    parser.add_argument("--decompose", action="store_true", help="also print our median error with each run's own "
+                        "epochs, and with its own steady epoch time, in place of the predicted ones")
     args = parser.parse_args(argv)
-    rows = evaluate(Submissions(load(args.results, args.cache)))
+    submissions = Submissions(load(args.results, args.cache))
+    rows = evaluate(submissions)
     if args.per_submission:
         for result, naive, ours, predicted, band in sorted(rows, key=lambda r: (r[0].ruleset, r[0].benchmark)):
             fmt = lambda e: "-" if e is None else f"{100 * e:+.1f}%"  # noqa: E731
@@ -248,6 +258,8 @@ def main(argv=None):
                   f"  naive {fmt(naive):>8s}  ours {fmt(ours):>8s}"
                   + (f"  band {band[0]:.2f}-{band[1]:.2f}" if band else ""))
     print(table(rows))
+    if args.decompose:
+        print(decompose(submissions))
     return 0
 
 

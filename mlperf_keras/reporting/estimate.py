@@ -1,19 +1,20 @@
 """Time-to-train from a short run: the estimator's maths (pure: no TensorFlow, no flags).
 
 A prediction is made of parts, each measured or assumed (and said so):
-  time = overhead + first segment + (epochs - first epochs) x steady epoch time + evaluations x eval cost
-- the *short run*: what a log shows up to its first eval_accuracy (or what a benchmark measured): the
-  time from run_start to the first training event (overhead), the first segment (training up to the
-  first evaluation, with warm-up and compilation in it), the steady epoch time where an epoch after the
-  first one is timed, the cost of one evaluation;
-- the *epochs to converge* at the run's global batch: from a table of other runs' epochs (published
-  logs read by the reporter, or a user's own runs), interpolated in batch size between the nearest
-  submissions below and above (as mlperf_logging's RCP checker interpolates its RCP means, linearly in
-  batch size: rcp_checker.RCP_Checker._create_interp_rcp), with a 10-90% band from those runs' spread;
-  or from mlperf-logging's reference convergence points (RCPs) where the round's table has no run.
+  time = first training + (epochs - first epochs) x steady epoch + evaluations x evaluation cost
+- the *short run*: what a log shows up to its first eval_accuracy (or what a benchmark measured): the training
+  up to the first evaluation (start-up, compilation and warm-up inside it), its evaluation's cost (or latency,
+  when evaluation runs beside training), the steady epoch time where an epoch after the first one is timed;
+  otherwise the steady time comes from the first training less a warm-up seen on other runs of the same
+  software (or by a SteadyModel fitted on them);
+- the *epochs to converge*: from a table of other runs' epochs (published logs read by the reporter, or a
+  user's own runs), interpolated in global batch between the nearest runs below and above (as mlperf_logging's
+  RCP checker interpolates its RCP means, linearly in batch size: rcp_checker.RCP_Checker._create_interp_rcp);
+  from mlperf-logging's reference convergence points (RCPs); or, for ResNet, scaled from the length of the
+  learning-rate schedule the log states; the run stops at the first of its own evaluations after that point.
 
-The naive estimator (for comparison) is time per epoch up to the first evaluation times the median
-epochs of the other submissions at a global batch within 1.5x.
+The naive estimator (for comparison) is time per epoch up to the first evaluation times the median epochs of
+the other submissions at a global batch within 1.5x.
 """
 
 import collections
@@ -97,10 +98,12 @@ def _evaluations(events, run_start_ms, run_stop_ms=None):
     """[(index of the eval_accuracy, end of the training before it in ms, asynchronous)] in run order.
 
     The training before an evaluation ends at its eval_start (logs without eval_start: at the eval_accuracy, the
-    evaluation's cost then counted as training); an evaluation during which a block or epoch started ran
-    asynchronously (NVIDIA's Mask R-CNN), so its cost is not added to the run, only the last one's latency.
+    evaluation's cost then counted as training), or earlier where a later epoch's training had already started
+    (Google's v0.6 TPU Transformer starts block 2, then evaluates epoch 1). An evaluation during which training
+    went on ran asynchronously (NVIDIA's Mask R-CNN): its cost is not added to the run, only the last one's latency.
     """
-    found, eval_start, trained = [], None, False
+    base = _epoch_base(events)
+    found, eval_start, trained, later_starts = [], None, False, []
     for index, event in enumerate(events):
         if event.time_ms < run_start_ms:
             continue
@@ -108,11 +111,20 @@ def _evaluations(events, run_start_ms, run_stop_ms=None):
             break
         if event.key == "eval_start":
             eval_start, trained = event.time_ms, False
-        elif event.key in ("block_start", "epoch_start") and eval_start is not None:
-            trained = True
+        elif event.key in ("block_start", "epoch_start"):
+            number = _number(event.metadata.get("first_epoch_num" if event.key == "block_start" else "epoch_num"))
+            if number is not None:
+                later_starts.append((event.time_ms, number - base + 1))
+            if eval_start is not None:
+                trained = True
         elif event.key == "eval_accuracy":
-            found.append((index, eval_start if eval_start is not None else event.time_ms, trained))
-            eval_start = None
+            end = eval_start if eval_start is not None else event.time_ms
+            epochs = epochs_at_eval(events, index, base)
+            moved_on = [t for t, first in later_starts if epochs is not None and first > epochs and t < end]
+            if moved_on and (not found or min(moved_on) > found[-1][1]):
+                end, trained = min(moved_on), True
+            found.append((index, end, trained))
+            eval_start, later_starts = None, []
     return found
 
 
@@ -437,12 +449,6 @@ class SteadyModel:
         return cls((b1 * a22 - a12 * b2) / det, (a11 * b2 - a12 * b1) / det, len(pairs))
 
 
-def run_epochs(estimate, runs):
-    """Convergence points for `runs` runs: the epochs estimate's median scaled by evenly spaced quantiles of the
-    neighbours' run-to-run spread, so that an olympic mean over them has the spread's skew (a few slow seeds)."""
-    return [estimate.median * quantile(estimate.spread, (j + 0.5) / runs) for j in range(runs)]
-
-
 def olympic(values):
     """Olympic mean of run times (drop the fastest and the slowest)."""
     return olympic_mean(values, 0)
@@ -662,7 +668,8 @@ def read_estimates(paths):
 def estimates_markdown(estimates, results=()):
     """A report.md section: each estimate beside the measured/published scores of the same benchmark."""
     lines = ["", "## Estimates (predicted, not measured)", "",
-             "| benchmark | round | GPUs | global batch | time-to-train | kind | source |", "|---|---|---:|---:|---|---|---|"]
+             "| benchmark | round | GPUs | global batch | time-to-train | kind | source |",
+             "|---|---|---:|---:|---|---|---|"]
     rows = []
     for e in estimates:
         m = e.get("minutes")
