@@ -1,5 +1,6 @@
 """python -m mlperf_keras.estimate --model=X [--flagfile=flags/h200.flags] [--gpus=N] [--batch_size=B]
-    [--ruleset=R] [--from_benchmark=results.json | --run_benchmark] [--published=DIR ...] [--runs=DIR]
+    [--ruleset=R] [--from_benchmark=results.json | --run_benchmark | --from_log=short_run.log] [--published=DIR ...]
+    [--runs=DIR]
 
 Predicts MLPerf time-to-train (median and a 10-90% band) from a short benchmark, without training:
   epochs to converge at the global batch  x  epoch size / training rate  +  evaluations x eval time  +  warm-up
@@ -29,6 +30,8 @@ flags.DEFINE_string("from_benchmark", None, "JSON (or JSON lines) written by pyt
                     "--json_out: the last result of --model gives the training rate.")
 flags.DEFINE_bool("run_benchmark", False, "Run python -m mlperf_keras.benchmark (--benchmark_steps steps, the "
                   "same flags) for the training rate.")
+flags.DEFINE_string("from_log", None, "The MLLOG file of a short training run of --model (e.g. --max_epochs=3): "
+                    "its first training, steady epochs and evaluation cost give the time, instead of a benchmark.")
 flags.DEFINE_integer("benchmark_steps", 30, "Timed steps of --run_benchmark.")
 flags.DEFINE_multi_string("published", [], "Published results folder(s) (training_results_v0.X): epochs to "
                           "converge of the round's closed-division runs.")
@@ -66,10 +69,14 @@ def main(argv):
 def build(values):
     """The estimate (a dict) from the flags; EstimateError/ConfigError for inputs that cannot work."""
     ruleset = values.ruleset or ("0.7" if values.model == "resnet" else "0.5")
-    if values.from_benchmark and values.run_benchmark:
-        raise ConfigError("give --from_benchmark or --run_benchmark, not both")
-    benchmark = None
-    if values.from_benchmark:
+    if sum(bool(v) for v in (values.from_benchmark, values.run_benchmark, values.from_log)) > 1:
+        raise ConfigError("give one of --from_benchmark, --run_benchmark and --from_log")
+    benchmark, short = None, None
+    if values.from_log:
+        short, logged_batch = maths.read_short_run(values.from_log, values.model)
+        if values.batch_size is None and logged_batch:
+            values.batch_size = int(logged_batch)
+    elif values.from_benchmark:
         benchmark = maths.read_benchmark(values.from_benchmark, values.model)
     elif values.run_benchmark:
         benchmark = _run_benchmark(values)
@@ -91,7 +98,8 @@ def build(values):
     published = maths.table_from_logs(values.published, values.model, ruleset) if values.published else []
     return maths.estimate(values.model, ruleset, batch, gpus, benchmark, own=table, published=published,
                           scaling_efficiency=values.scaling_efficiency, eval_seconds=values.eval_seconds,
-                          warmup_seconds=values.warmup_seconds, epoch_samples=values.epoch_samples)
+                          warmup_seconds=values.warmup_seconds, epoch_samples=values.epoch_samples,
+                          short=short, short_source=values.from_log and os.path.basename(values.from_log))
 
 
 def _run_benchmark(values):
@@ -107,7 +115,7 @@ def _run_benchmark(values):
         return maths.read_benchmark(out, values.model)
 
 
-_OWN_FLAGS = ("gpus", "from_benchmark", "run_benchmark", "benchmark_steps", "published", "runs",
+_OWN_FLAGS = ("gpus", "from_benchmark", "from_log", "run_benchmark", "benchmark_steps", "published", "runs",
               "scaling_efficiency", "eval_seconds", "warmup_seconds", "epoch_samples", "out")
 
 

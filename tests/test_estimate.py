@@ -205,3 +205,26 @@ def test_cli_errors_are_one_line(tmp_path):
     wrong = _cli("--model=ssd", f"--from_benchmark={other}", "--batch_size=1024", tmp_path=tmp_path)
     assert wrong.returncode == 2 and "no mlperf_keras.benchmark result for ssd" in wrong.stderr
     assert wrong.stderr.strip().count("\n") == 0
+
+
+def test_cli_from_a_short_run_and_own_runs(tmp_path):
+    """Own runs (the reporter's example-log generator: ncf v0.5, 1024 per step, converged after 5, 6 and 7 epochs)
+    give the epochs; a 3-epoch short run (60 s epochs, 5 s evaluations) gives the time: for the median 6 epochs,
+    the first epoch (60 s) and its evaluation (5 s), then 5 more epochs of 60 s, each with its evaluation of 5 s."""
+    from mlperf_keras.reporting.example_logs import ExampleRun, write_log
+
+    runs = tmp_path / "runs"
+    for seed, epochs in ((1, 5), (2, 6), (3, 7)):
+        write_log(str(runs / f"ncf_seed{seed}.log"), ExampleRun(benchmark="ncf", ruleset="0.5", seed=seed,
+                                                               epochs=epochs, quality_target=0.635))
+    short = write_log(str(tmp_path / "short.log"), ExampleRun(benchmark="ncf", ruleset="0.5", seed=9, epochs=3,
+                                                              status="aborted", quality_target=0.635))
+    done = _cli("--model=ncf", f"--from_log={short}", f"--runs={runs}", "--ruleset=0.5", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    written = json.loads((tmp_path / "estimate_ncf_n.json").read_text())
+    assert written["parts"]["epochs"]["source"].startswith("your runs")
+    # Convergence point 6 epochs (median of 5, 6, 7); evaluations every epoch, the first after epoch 1.
+    assert written["minutes"]["median"] == pytest.approx((65 + 5 * 60 + 5 * 5) / 60, rel=1e-3)
+    assert "ESTIMATE ncf" in (tmp_path / "report.md").read_text()
+    wrong = _cli("--model=ssd", f"--from_log={short}", "--batch_size=8", tmp_path=tmp_path)
+    assert wrong.returncode == 2 and "is a ncf run, not ssd" in wrong.stderr

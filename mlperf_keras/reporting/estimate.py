@@ -128,8 +128,10 @@ def _evaluations(events, run_start_ms, run_stop_ms=None):
     return found
 
 
-def short_run(events, run_start_ms):
-    """The ShortRun of one log (its events up to the first eval_accuracy); None if it never evaluated."""
+def short_run(events, run_start_ms, whole=False):
+    """The ShortRun of one log (its events up to the first eval_accuracy); None if it never evaluated.
+
+    whole: the log is itself a short run (stopped after a few epochs): time the steady epochs over all of it."""
     evaluations = _evaluations(events, run_start_ms)
     if not evaluations:
         return None
@@ -147,11 +149,14 @@ def short_run(events, run_start_ms):
                       eval_overlaps=overlaps)
     # Epochs timed after the first, before the evaluation: the steady rate without the first epoch's warm-up.
     open_epochs, durations = {}, []
-    for event in seen:
+    timed_until = float("inf") if whole else train_end_ms
+    for event in (events if whole else seen):
         number = event.metadata.get("epoch_num")
+        if event.time_ms < run_start_ms:
+            continue
         if event.key == "epoch_start":
             open_epochs[number] = event.time_ms
-        elif event.key == "epoch_stop" and number in open_epochs and event.time_ms <= train_end_ms:
+        elif event.key == "epoch_stop" and number in open_epochs and event.time_ms <= timed_until:
             durations.append((event.time_ms - open_epochs.pop(number)) / 1000.0)
     if len(durations) >= 2:
         result.steady_epoch_s = statistics.median(durations[1:])
@@ -508,6 +513,29 @@ def read_benchmark(path, model):
     return ours[-1]
 
 
+def read_short_run(path, benchmark):
+    """(ShortRun, logged global batch or None) of a short run's MLLOG file; EstimateError says why not."""
+    from mlperf_keras.reporting.logfiles import read_events
+
+    try:
+        events, _, _ = read_events(path)
+    except OSError as error:
+        raise EstimateError(f"--from_log {path}: {error.strerror or error}") from None
+    events = sorted(events, key=lambda e: e.time_ms)
+    found = logged_hyperparameters(events, float("inf"))
+    logged = str(found.get("submission_benchmark", "")).lower()
+    logged = rules.BENCHMARK_ALIASES.get(logged, logged)
+    if logged and logged != benchmark:
+        raise EstimateError(f"--from_log {path} is a {logged} run, not {benchmark}")
+    starts = [e for e in events if e.key == "run_start"]
+    if not starts:
+        raise EstimateError(f"--from_log {path}: no run_start (not an MLPerf log, or the run never started)")
+    short = short_run(events, starts[0].time_ms, whole=True)
+    if short is None:
+        raise EstimateError(f"--from_log {path}: no evaluation after run_start: run until the first evaluation")
+    return short, _number(found.get("global_batch_size"))
+
+
 def table_from_logs(folders, benchmark, ruleset, source="published runs"):
     """[EpochsEntry] of the converged runs of `benchmark` at `ruleset` under the folders, one per result."""
     from mlperf_keras.reporting.logfiles import find_log_files, read_events
@@ -540,8 +568,12 @@ def _part(value, source, unit=""):
 
 
 def estimate(model, ruleset, batch, gpus, benchmark, own=(), published=(), scaling_efficiency=None,
-             eval_seconds=None, warmup_seconds=None, epoch_samples=None):
-    """The estimate as a dict: prediction (minutes: median, low, high) or unknown (with why), and its parts."""
+             eval_seconds=None, warmup_seconds=None, epoch_samples=None, short=None, short_source=None):
+    """The estimate as a dict: prediction (minutes: median, low, high) or unknown (with why), and its parts.
+
+    benchmark: a mlperf_keras.benchmark result (the training rate); or short: the ShortRun of a short training
+    run's log (short_source names it), which gives the first training, the steady epoch and the evaluation cost.
+    """
     result = {"model": model, "ruleset": ruleset, "global_batch_size": batch, "gpus": gpus, "estimate": True,
               "parts": {}, "unknown": []}
     parts = result["parts"]
@@ -563,6 +595,8 @@ def estimate(model, ruleset, batch, gpus, benchmark, own=(), published=(), scali
         parts["epochs"] = _part([epochs.median, epochs.low, epochs.high], epochs.source, "epochs (median, 10%, 90%)")
 
     samples = epoch_samples or EPOCH_SAMPLES.get(model)
+    if short is not None:
+        return _estimate_from_short_run(result, epochs, short, short_source, warmup_seconds)
     if samples is None:
         result["unknown"].append(f"epoch size: {model} counts tokens and an epoch's tokens depend on the prepared "
                                  f"dataset (give --epoch_samples)")
@@ -571,7 +605,8 @@ def estimate(model, ruleset, batch, gpus, benchmark, own=(), published=(), scali
 
     rate = None
     if benchmark is None:
-        result["unknown"].append("training rate: no benchmark (--from_benchmark or --run_benchmark)")
+        result["unknown"].append("training rate: no benchmark or short run (--from_benchmark, --run_benchmark "
+                                 "or --from_log)")
     else:
         bench_batch = benchmark.get("global_batch_size")
         if bench_batch and gpus and benchmark.get("accelerators"):
@@ -609,6 +644,33 @@ def estimate(model, ruleset, batch, gpus, benchmark, own=(), published=(), scali
     result["minutes"] = {"median": minutes(epochs.median), "low": minutes(epochs.low),
                          "high": minutes(epochs.high)}
     result["band_covers"] = "run-to-run spread of epochs to converge only (rate, eval and warm-up as given)"
+    return result
+
+
+def _estimate_from_short_run(result, epochs, short, source, warmup_seconds):
+    """The estimate from a short run's log: predict_run at the epochs' median and band."""
+    parts = result["parts"]
+    period = EVAL_PERIOD.get(result["model"], 1)
+    parts["first_training"] = _part(short.train_end_s, f"measured: {source} up to its first evaluation "
+                                    f"({short.first_eval_epochs:g} epochs)", "s")
+    if short.steady_epoch_s is None:
+        parts["warmup_seconds"] = _part(warmup_seconds or 0.0, "measured (--warmup_seconds)"
+                                        if warmup_seconds is not None else "assumed (not measured: the short run "
+                                        "timed no epoch after the first)", "s")
+    parts["eval_seconds"] = _part(short.eval_s, f"measured: {source}'s first evaluation"
+                                  + (" (beside training: only the last one's latency counts)"
+                                     if short.eval_overlaps else ""), "s per evaluation")
+    parts["init"] = _part(0.0, "outside time-to-train (MLPerf times run_start..run_stop; init precedes it)", "s")
+    if epochs is None:
+        result["minutes"] = None
+        return result
+    predictions = [predict_run(short, e, warmup_seconds or 0.0, period) for e in (epochs.median, epochs.low,
+                                                                                   epochs.high)]
+    parts["steady_epoch"] = _part(predictions[0].steady_epoch_s, predictions[0].steady_source, "s")
+    parts["stop_epochs"] = _part([p.epochs for p in predictions], f"the first evaluation at or after the epochs "
+                                 f"(every {period} epochs after the first)", "epochs (median, 10%, 90%)")
+    result["minutes"] = dict(zip(("median", "low", "high"), (p.seconds / 60 for p in predictions)))
+    result["band_covers"] = "run-to-run spread of epochs to converge only"
     return result
 
 
