@@ -43,6 +43,7 @@ class ShortRun:
     eval_s: float = 0.0                  # train end .. eval_accuracy: one evaluation's cost (its latency if async)
     eval_overlaps: bool = False          # the next epoch trained while the evaluation ran (asynchronous)
     steady_epoch_s: Optional[float] = None   # median training-only epoch time after the first, where timed
+    later_eval_s: Optional[float] = None     # median cost of the evaluations after the first (a whole short log)
 
     def __post_init__(self):
         if self.train_end_s is None:
@@ -160,6 +161,11 @@ def short_run(events, run_start_ms, whole=False):
             durations.append((event.time_ms - open_epochs.pop(number)) / 1000.0)
     if len(durations) >= 2:
         result.steady_epoch_s = statistics.median(durations[1:])
+    if whole:
+        # The first evaluation compiles; the later ones are what each further evaluation costs.
+        later = [(events[i].time_ms - end) / 1000.0 for i, end, overlaps in evaluations[1:] if not overlaps]
+        if later:
+            result.later_eval_s = statistics.median(later)
     return result
 
 
@@ -412,8 +418,12 @@ def predict_run(short, epochs, warmup, period, steady_model=None):
         source = "first training less warm-up"
     stop = quantize(epochs, short.first_eval_epochs, period)
     later = stop - short.first_eval_epochs
-    evaluations = 1 if short.eval_overlaps else 1 + (later / period if period else 0)
-    seconds = short.train_end_s + later * steady + evaluations * short.eval_s
+    if short.eval_overlaps:
+        evaluating = short.eval_s
+    else:
+        further = later / period if period else 0
+        evaluating = short.eval_s + further * (short.later_eval_s if short.later_eval_s is not None else short.eval_s)
+    seconds = short.train_end_s + later * steady + evaluating
     return Prediction(seconds, stop, steady, warmup_s(short, steady), short.eval_s, source)
 
 
@@ -659,7 +669,10 @@ def _estimate_from_short_run(result, epochs, short, source, warmup_seconds):
                                         "timed no epoch after the first)", "s")
     parts["eval_seconds"] = _part(short.eval_s, f"measured: {source}'s first evaluation"
                                   + (" (beside training: only the last one's latency counts)"
-                                     if short.eval_overlaps else ""), "s per evaluation")
+                                     if short.eval_overlaps else ""), "s")
+    if short.later_eval_s is not None:
+        parts["later_eval_seconds"] = _part(short.later_eval_s, f"measured: {source}'s later evaluations (median)",
+                                            "s per evaluation")
     parts["init"] = _part(0.0, "outside time-to-train (MLPerf times run_start..run_stop; init precedes it)", "s")
     if epochs is None:
         result["minutes"] = None
