@@ -228,3 +228,25 @@ def test_cli_from_a_short_run_and_own_runs(tmp_path):
     assert "ESTIMATE ncf" in (tmp_path / "report.md").read_text()
     wrong = _cli("--model=ssd", f"--from_log={short}", "--batch_size=8", tmp_path=tmp_path)
     assert wrong.returncode == 2 and "is a ncf run, not ssd" in wrong.stderr
+
+
+def test_report_lists_estimates_beside_measured_results(tmp_path):
+    """report --estimate: an estimate's row is marked as one, next to the scored result of the same benchmark."""
+    from mlperf_keras.reporting.example_logs import ExampleRun, write_log
+    from mlperf_keras.reporting.parse import parse_logs
+    from mlperf_keras.reporting.score import score_all
+
+    paths = [write_log(str(tmp_path / "logs" / f"ssd_{seed}.log"),
+                       ExampleRun(benchmark="ssd", seed=seed, epochs=3, start_s=1_700_000_000.0 + 1000 * seed))
+             for seed in range(1, 6)]
+    records, _ = parse_logs(paths)
+    bench = {"model": "ssd", "loop_samples_per_s": 1000.0, "global_batch_size": 128, "accelerators": 1}
+    path = tmp_path / "estimate_ssd_8.json"
+    path.write_text(json.dumps(estimate.estimate("ssd", "0.7", 1024, 8, bench)))
+    text = estimate.estimates_markdown(estimate.read_estimates([str(path)]), score_all(records))
+    rows = [line for line in text.splitlines() if line.startswith("| ssd")]
+    assert "**estimate**" in rows[0] and "measured" in rows[1]
+    assert len(rows) == 2
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(estimate.EstimateError, match="not written by python -m mlperf_keras.estimate"):
+        estimate.read_estimates([str(tmp_path / "bad.json")])
