@@ -250,3 +250,8 @@ def test_report_lists_estimates_beside_measured_results(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(estimate.EstimateError, match="not written by python -m mlperf_keras.estimate"):
         estimate.read_estimates([str(tmp_path / "bad.json")])
+
+
+def test_a_cpu_benchmark_does_not_scale_to_gpus():
+    cpu = {"model": "ssd", "loop_samples_per_s": 2.0, "global_batch_size": 1, "accelerators": 1, "accelerator": "cpu"}
+    assert any("GPUs need a benchmark on one" in why for why in estimate.estimate("ssd", "0.7", 8, 8, cpu)["unknown"])

@@ -619,6 +619,9 @@ def estimate(model, ruleset, batch, gpus, benchmark, own=(), published=(), scali
                                  "or --from_log)")
     else:
         bench_batch = benchmark.get("global_batch_size")
+        if gpus and (not benchmark.get("accelerators") or str(benchmark.get("accelerator")).lower() == "cpu"):
+            result["unknown"].append(f"training rate: the benchmark ran on {benchmark.get('accelerator') or 'a CPU'}"
+                                     f" without accelerators; {gpus} GPUs need a benchmark on one")
         if bench_batch and gpus and benchmark.get("accelerators"):
             per_gpu_then = bench_batch / max(1, benchmark["accelerators"])
             if abs(per_gpu_then * gpus - batch) > 1e-6:
