@@ -81,7 +81,8 @@ def build(values):
     elif values.run_benchmark:
         benchmark = _run_benchmark(values)
     batch = values.batch_size
-    gpus = values.gpus or (benchmark or {}).get("accelerators")
+    on_cpu = str((benchmark or {}).get("accelerator")).lower() == "cpu"
+    gpus = values.gpus or (None if on_cpu else (benchmark or {}).get("accelerators"))
     if batch is None:
         preset = train_cli._preset_batch(values.model, values.batch_per_accelerator)
         if preset and gpus:
