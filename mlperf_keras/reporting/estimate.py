@@ -559,18 +559,31 @@ def table_from_logs(folders, benchmark, ruleset, source="published runs"):
     records, _ = parse_logs(files)
     groups = collections.defaultdict(list)
     for record in records:
-        if record.benchmark != benchmark or not record.converged or not record.global_batch_size:
+        if record.benchmark != benchmark or not record.converged:
             continue
         if rules.short_ruleset(record.ruleset) != rules.short_ruleset(ruleset):
             continue
-        if source == "published runs" and str(record.division or "").lower() != "closed":
+        # v0.5 logs state no division (the v0.5 results repository holds the closed submissions' logs).
+        if source == "published runs" and str(record.division or "closed").lower() != "closed":
             continue
         events, _, _ = read_events(record.path)
-        epochs = full_run_epochs(sorted(events, key=lambda e: e.time_ms), record.run_start_ms, record.run_stop_ms)
-        if epochs:
-            groups[group_key(record)].append((record.global_batch_size, epochs))
+        events.sort(key=lambda e: e.time_ms)
+        batch = record.global_batch_size or _v05_ncf_batch(record, events)
+        epochs = full_run_epochs(events, record.run_start_ms, record.run_stop_ms)
+        if epochs and batch:
+            groups[group_key(record)].append((batch, epochs))
     return [EpochsEntry(key, key[0], key[2], runs[0][0], [e for _, e in runs], source)
             for key, runs in sorted(groups.items(), key=lambda item: str(item[0]))]
+
+
+def _v05_ncf_batch(record, events):
+    """v0.5 logs name no global_batch_size; NCF's input_batch_size is taken as the global one: NVIDIA's v0.5 NCF
+    (training_results_v0.5 @c71f2e7, v0.5.0/nvidia/submission/code/recommendation/pytorch/ncf.py, lines 312 and
+    360) logs input_batch_size = args.batch_size and splits it over WORLD_SIZE workers; assumed for the other
+    submitters. None for other benchmarks (their v0.5 batch keys differ between submitters)."""
+    if record.log_format != "mlp_v0.5" or record.benchmark != "ncf":
+        return None
+    return _number(next((e.value for e in events if e.key == "input_batch_size"), None))
 
 
 def _part(value, source, unit=""):
