@@ -59,8 +59,9 @@ def test_short_run_separates_overhead_first_epoch_steady_epochs_and_eval(tmp_pat
     assert short.steady_epoch_s == 60          # epochs 2 and 3; epoch 1 (70 s) holds the warm-up
     assert short.eval_s == 5 and not short.eval_overlaps
     # Only what came before the first eval_accuracy: the second evaluation (epoch 7) is not seen.
-    assert estimate.full_run_epochs(events, start, events[-1].time_ms) == 7
-    assert estimate.eval_schedule(events, start, events[-1].time_ms) == [3, 7]
+    whole = estimate.full_run(events, start, events[-1].time_ms)
+    assert whole["epochs"] == 7 and whole["schedule"] == [3, 7]
+    assert whole["steady_epoch_s"] == pytest.approx(240 / 4)   # eval 1 .. eval 2 (no eval_start): 4 epochs
 
 
 def test_block_labelled_evaluations_count_the_epochs_of_the_block(tmp_path):

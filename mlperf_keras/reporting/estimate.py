@@ -171,27 +171,17 @@ def short_run(events, run_start_ms, whole=False):
 
 def full_run(events, run_start_ms, run_stop_ms):
     """What a whole run shows: {"epochs": at its last evaluation, "schedule": epochs at each evaluation,
-    "steady_epoch_s": training-only seconds per epoch from the first evaluation to the last (None under 3)}."""
+    "steady_epoch_s": training-only seconds per epoch from the first evaluation to the last (None under 2)}."""
     evaluations = _evaluations(events, run_start_ms, run_stop_ms)
     base = _epoch_base(events)
     schedule = [epochs_at_eval(events, index, base) for index, _, _ in evaluations]
     result = {"epochs": schedule[-1] if schedule else None, "schedule": schedule, "steady_epoch_s": None}
-    if len(evaluations) >= 3 and None not in schedule and schedule[-1] > schedule[0]:
+    if len(evaluations) >= 2 and None not in schedule and schedule[-1] > schedule[0]:
         evaluating_s = sum((events[index].time_ms - end) / 1000.0 for index, end, overlaps in evaluations[:-1]
                            if not overlaps)
         training_s = (evaluations[-1][1] - evaluations[0][1]) / 1000.0 - evaluating_s
         result["steady_epoch_s"] = training_s / (schedule[-1] - schedule[0])
     return result
-
-
-def full_run_epochs(events, run_start_ms, run_stop_ms):
-    """Epochs trained at the last evaluation before run_stop (what a converged run took), counted from 1."""
-    return full_run(events, run_start_ms, run_stop_ms)["epochs"]
-
-
-def eval_schedule(events, run_start_ms, run_stop_ms):
-    """[epochs at each evaluation] of a whole run (counted from 1)."""
-    return full_run(events, run_start_ms, run_stop_ms)["schedule"]
 
 
 # -- epochs to converge ----------------------------------------------------------------------------------------
@@ -569,7 +559,7 @@ def table_from_logs(folders, benchmark, ruleset, source="published runs"):
         events, _, _ = read_events(record.path)
         events.sort(key=lambda e: e.time_ms)
         batch = record.global_batch_size or _v05_ncf_batch(record, events)
-        epochs = full_run_epochs(events, record.run_start_ms, record.run_stop_ms)
+        epochs = full_run(events, record.run_start_ms, record.run_stop_ms)["epochs"]
         if epochs and batch:
             groups[group_key(record)].append((batch, epochs))
     return [EpochsEntry(key, key[0], key[2], runs[0][0], [e for _, e in runs], source)
