@@ -252,6 +252,20 @@ def check_epoch_fits(groups: tuple[int, int], batch_size: int, num_batches: int,
                         f"that is a multiple of the worker count, or use fewer workers)")
 
 
+def check_pass_fits(groups: tuple[int, int], batch_size: int, steps_per_epoch: int, paths) -> None:
+    """A worker's pass over its images may outlast an epoch by the one batch that the two orientation groups' last,
+    partial batches can add to the reference's epoch_size // batch + 1; a longer pass means this worker holds more
+    than its share of the images (DataError)."""
+    check_epoch_fits(groups, batch_size, steps_per_epoch + 1, paths)
+
+
+def stream_position(batch: int, pass_batches: int) -> tuple[int, int]:
+    """(data pass, batches into it) of the `batch`-th batch of a worker's training stream: passes of pass_batches
+    batches each, back to back, as IterationBasedBatchSampler re-runs the grouped batch sampler (data/samplers/
+    iteration_based_batch_sampler.py at 0badcd17); epoch k starts at batch k x steps_per_epoch."""
+    return divmod(int(batch), int(pass_batches))
+
+
 def train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                   shuffle_buffer: int = 1024, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, max_gt: int = 100,
                   resolution: int = MASK_RESOLUTION, groups: tuple[int, int] | None = None, cycle_length: int = 10,
@@ -311,6 +325,6 @@ def eval_dataset(paths: list[str], *, batch_size: int, min_size: int = MIN_SIZE,
 
 
 __all__ = ["LANDSCAPE", "MASK_RESOLUTION", "MAX_SIZE", "MIN_SIZE", "PAD_RGB", "PORTRAIT", "box_masks",
-           "check_epoch_fits", "count_groups", "eval_dataset", "grouped_batches_needed", "orientation",
-           "padded_shape", "parse_instances", "reference_boxes", "resized_size", "train_dataset", "train_example",
-           "trainable"]
+           "check_epoch_fits", "check_pass_fits", "count_groups", "eval_dataset", "grouped_batches_needed",
+           "orientation", "padded_shape", "parse_instances", "reference_boxes", "resized_size", "stream_position",
+           "train_dataset", "train_example", "trainable"]

@@ -59,6 +59,24 @@ MASK_RESOLUTION = 64                # inputs.maskrcnn.MASK_RESOLUTION (no Tensor
 SIZE_DIVISIBILITY = 32
 
 
+def iterations_per_epoch(images: int, global_batch: int) -> int:
+    """The reference's iters_per_epoch, epoch_size // images_per_batch + 1 (data/build.py make_data_loader at
+    0badcd17): tools/train_mlperf.py evaluates after every that many iterations (mlperf_test_early_exit)."""
+    return images // global_batch + 1
+
+
+def max_iterations(hp: dict, global_batch: int) -> int:
+    """SOLVER.MAX_ITER (90,000 at 16 images, configs/e2e_mask_rcnn_R_50_FPN_1x.yaml at 0badcd17) scaled to the
+    global batch as the decay steps are."""
+    return hp["max_iterations"] * REFERENCE_BATCH // global_batch
+
+
+def max_epochs(hp: dict, global_batch: int) -> int:
+    """Epochs (evaluations) within max_iterations: the reference's data loader stops at MAX_ITER, so a run here never
+    evaluates a model the reference could not have reached (at batch 16: 90,000 // 7,330 = 12)."""
+    return max(1, max_iterations(hp, global_batch) // iterations_per_epoch(hp["train_images"], global_batch))
+
+
 def padded_shape(landscape: bool, min_size: int, max_size: int) -> tuple[int, int]:
     short = math.ceil(min_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
     long = math.ceil(max_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
@@ -203,8 +221,10 @@ class MaskRCNN(Workload):
         return {"num_classes": counts["num_classes"] + 1, "train_images": counts["train_images_annotated"],
                 "val_images": counts["val_images"]}
 
-    def default_epochs(self, hparams: dict) -> int:
-        return max(1, math.ceil(hparams["max_iterations"] * REFERENCE_BATCH / hparams["train_images"]))
+    def default_epochs(self, hparams: dict, global_batch: int) -> int:
+        """The evaluations the reference makes before MAX_ITER ends it (it does not evaluate at MAX_ITER itself):
+        12 at batch 16, the last at iteration 87,960 (max_epochs)."""
+        return max_epochs(hparams, global_batch)
 
     def default_global_batch(self, hparams, num_workers, per_worker_preset):
         return per_worker_preset * num_workers if per_worker_preset else hparams["batch_size"]
@@ -245,6 +265,14 @@ class MaskRCNN(Workload):
                               f"1 (paste the eval masks in the worker itself) or more processes")
         if config.closed_division:
             check_closed_learning_rate(config, self.name)
+            cap = max_epochs(hp, config.global_batch_size)
+            if config.max_epochs > cap:
+                raise ConfigError(
+                    f"--max_epochs={config.max_epochs}: the reference stops at MAX_ITER "
+                    f"{max_iterations(hp, config.global_batch_size)} iterations at global batch "
+                    f"{config.global_batch_size} ({hp['max_iterations']} x {REFERENCE_BATCH} / batch), so a closed "
+                    f"run evaluates at most {cap} times ({self.steps_per_epoch(config, manifest)} iterations each); "
+                    f"pass --max_epochs={cap} or less, or --division=open")
         if manifest is not None and not config.demo and config.backbone_weights is None:
             raise ConfigError("--model=maskrcnn on real data needs --backbone_weights: the reference starts from "
                               "Detectron's ImageNet-trained R-50 (convert R-50.pkl with python -m "
@@ -291,7 +319,7 @@ class MaskRCNN(Workload):
 
     def steps_per_epoch(self, config, manifest):
         images = manifest["counts"]["train_images_annotated"] if manifest else config.hparams["train_images"]
-        return math.ceil(images / config.global_batch_size) + 1
+        return iterations_per_epoch(images, config.global_batch_size)
 
     def train_data(self, config, dist, manifest):
         from mlperf_keras.inputs import records
@@ -380,25 +408,42 @@ def instance_results(outputs: dict, index: int, image_id: int, image_size, heigh
 
 
 class _CocoTrainData(TrainData):
+    """One worker's batches as the reference's IterationBasedBatchSampler serves them: passes over the data (each
+    trainable image once, grouped by orientation) back to back, cut into epochs of steps_per_epoch iterations; a
+    pass and an epoch need not end together (inputs.maskrcnn.stream_position)."""
+
     def __init__(self, config, dist, paths, steps):
         from mlperf_keras.inputs import maskrcnn
 
         self.config, self.rank, self.paths, self.steps_per_epoch = config, dist.rank, paths, steps
-        # This worker's trainable images per orientation, counted once (one read of its files): every epoch serves
-        # each of them once and fails up front when its grouped batches do not fit in an epoch.
+        # This worker's trainable images per orientation, counted once (one read of its files).
         self.groups = maskrcnn.count_groups(paths)
-        maskrcnn.check_epoch_fits(self.groups, config.per_worker_batch_size, steps, paths)
+        maskrcnn.check_pass_fits(self.groups, config.per_worker_batch_size, steps, paths)
+        self.pass_batches = maskrcnn.grouped_batches_needed(self.groups, config.per_worker_batch_size)
         self.samples_per_epoch = int(dist.sum_across_workers([float(sum(self.groups))])[0])
+        self._stream, self._next_epoch = None, None
 
     def batches(self, epoch):
+        import itertools
+
+        if self._stream is None or epoch != self._next_epoch:   # the first epoch, or a resumed run's
+            self._stream = self._passes(epoch * self.steps_per_epoch)
+        self._next_epoch = epoch + 1
+        return itertools.islice(self._stream, self.steps_per_epoch)
+
+    def _passes(self, first_batch: int):
         from mlperf_keras.inputs import maskrcnn, records
 
         hp = self.config.hparams
-        return records.backend_batches(maskrcnn.train_dataset(
-            self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
-            batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
-            shuffle_buffer=hp["shuffle_buffer"], min_size=hp["min_size"], max_size=hp["max_size"],
-            max_gt=hp["max_gt"], groups=self.groups))
+        data_pass, skip = maskrcnn.stream_position(first_batch, self.pass_batches)
+        while True:
+            dataset = maskrcnn.train_dataset(
+                self.paths, seed=self.config.seed, epoch=data_pass, rank=self.rank,
+                batch_size=self.config.per_worker_batch_size, num_batches=self.pass_batches,
+                shuffle_buffer=hp["shuffle_buffer"], min_size=hp["min_size"], max_size=hp["max_size"],
+                max_gt=hp["max_gt"])
+            yield from records.backend_batches(dataset.skip(skip))
+            data_pass, skip = data_pass + 1, 0
 
 
 def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
