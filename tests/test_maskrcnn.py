@@ -311,7 +311,7 @@ def prepared_same_val(tmp_path_factory):
 
 @pytest.mark.slow
 def test_overfits_a_few_images(prepared_same_val, tmp_path):
-    """Three steps per epoch on the same 6 images (a model like the demo's, trained batch norms, the reference's LR per
+    """Two steps per epoch (6 // 4 + 1) on the same 6 images (a model like the demo's, trained batch norms, the reference's LR per
     16 images): box and mask AP on them rise clearly from the first evaluation to the best of the last ten. One step
     sees 4 images, so learning is slow and noisy: runs of this setup were at box/mask AP 0.16/0.16 after 25 epochs
     (rising); at 4x the LR, 0.29/0.33 at best by epoch 29. Slow: about 4.5 minutes on 2 shared cores."""

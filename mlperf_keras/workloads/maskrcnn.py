@@ -15,10 +15,16 @@ paths below are under maskrcnn_benchmark/):
   (WEIGHT_DECAY_BIAS), biases at 2x the learning rate (BIAS_LR_FACTOR); base LR 0.02 per 16 images
   (SOLVER.BASE_LR at IMS_PER_BATCH 16, scaled linearly: the rules' 0.02 x K); WarmupMultiStepLR with linear warmup
   from 1/3 over 500 iterations (WARMUP_FACTOR, WARMUP_ITERS) and x0.1 at iterations (60,000, 80,000) x 16 / global
-  batch (SOLVER.STEPS; the MLPerf scaling); at most 90,000 x 16 / batch iterations (MAX_ITER), i.e. 13 epochs;
-  the closed division refuses a global batch whose scaled LR the official checker fails (check_closed_learning_rate);
-- evaluation after every epoch (MLPerf's cadence for Mask R-CNN): 1000 proposals per image (num_image_candidates),
-  score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size and thresholded at 0.5,
+  batch (SOLVER.STEPS; the MLPerf scaling); at most 90,000 x 16 / batch iterations (SOLVER.MAX_ITER 90000 in
+  configs/e2e_mask_rcnn_R_50_FPN_1x.yaml): the reference does not evaluate at MAX_ITER, so its last evaluation is
+  the 12th at batch 16 (iteration 87,960), and --max_epochs defaults to that count (max_epochs), one more refused
+  in the closed division; the closed division refuses a global batch whose scaled LR the official checker fails
+  (check_closed_learning_rate);
+- evaluation every epoch_size // batch + 1 iterations (data/build.py make_data_loader's iterations_per_epoch,
+  tools/train_mlperf.py mlperf_test_early_exit: 7,330 at batch 16), the training batches one stream of passes over
+  the data as IterationBasedBatchSampler serves them (inputs.maskrcnn.stream_position); 1000 proposals per image
+  (num_image_candidates), score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size
+  and thresholded at 0.5,
   COCO "bbox" and "segm" AP (metrics.coco.CocoInstanceMetric) of every val image, gathered from every worker and
   scored once; detections are scaled back to the original image (BoxList.resize) and written as
   [x, y, x2 - x + 1, y2 - y + 1] (convert("xywh")), as data/datasets/evaluation/coco/coco_eval.py does; here
@@ -29,9 +35,12 @@ Differences from the reference, on purpose:
 - Static shapes: images padded to one shape per orientation, ground truth to max_gt objects, proposals to a fixed
   count, masks box-local at 64x64 (inputs.maskrcnn and layers.maskrcnn say how each one is still the reference's
   computation, and where the mask targets differ).
-- The epoch (inputs.maskrcnn): steps_per_epoch = ceil(images / global batch) + 1; each orientation group's last
-  batch is filled with its own images again, where the reference ends it with a smaller batch. The reference
-  counts iterations (MAX_ITER), MLPerf counts epochs; the decay steps are iterations as in the reference.
+- A pass over the data (inputs.maskrcnn): each orientation group's last batch is filled with its own images
+  again, where the reference's GroupedBatchSampler ends it with a smaller batch.
+- The data: train2017 and val2017 (instances_*2017.json). The reference's config reads the same images from the
+  2014 split files, DATASETS.TRAIN ("coco_2014_train", "coco_2014_valminusminival") and TEST
+  ("coco_2014_minival",) (configs/e2e_mask_rcnn_R_50_FPN_1x.yaml, config/paths_catalog.py): train2017 is 2014's
+  train + valminusminival and val2017 is minival, as COCO defines the 2017 split.
 - The reference's FPN_POST_NMS_TOP_N_TRAIN 2000 counts proposals per batch of a GPU (2 images at its 8 x 2): here
   1000 per image, which is what MLPerf logs as num_image_candidates.
 - (Not a difference: every batch norm is a fixed affine, so loop.py's averaging of batch-norm statistics before an
@@ -50,7 +59,8 @@ from mlperf_keras.layers import backbone_weights
 from mlperf_keras.workloads.base import (Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData, Workload,
                                          per_worker_eval_batch)
 
-# COCO 2017 as the reference reads it, for --dry_run and --synthetic.
+# COCO 2017's counts (the reference's 2014 train + valminusminival / minival files hold the same images), for
+# --dry_run and --synthetic: 117,266 training images with a usable annotation, 5,000 val images.
 COCO2017 = {"train_images": 117_266, "val_images": 5_000, "num_classes": 81}
 BASE_LEARNING_RATE = 0.02           # per 16 images (SOLVER.BASE_LR at SOLVER.IMS_PER_BATCH 16)
 REFERENCE_BATCH = 16
