@@ -222,7 +222,8 @@ def test_epochs_cut_one_stream_of_passes_as_the_references_iteration_based_sampl
     assert [key(x) for x, _ in resumed.batches(2)] == epochs[2]
 
 
-@pytest.mark.parametrize("size,new", [((480, 640), (800, 1066)), ((640, 427), (1199, 800)), ((1500, 2000), (800, 1066))])
+@pytest.mark.parametrize("size,new", [((480, 640), (800, 1066)), ((640, 427), (1199, 800)),
+                                      ((1500, 2000), (800, 1066))])
 def test_resize_is_pils_bilinear(size, new):
     """The reference resizes PIL images (transforms.py Resize -> torchvision F.resize -> PIL Image.resize BILINEAR,
     mlcommons/training 0badcd17): a vertical step edge at x = W/2 lands at new_W/2 (533.0 at 640 -> 1066), and

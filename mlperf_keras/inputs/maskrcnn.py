@@ -342,5 +342,5 @@ def eval_dataset(paths: list[str], *, batch_size: int, min_size: int = MIN_SIZE,
 
 __all__ = ["LANDSCAPE", "MASK_RESOLUTION", "MAX_SIZE", "MIN_SIZE", "PAD_RGB", "PORTRAIT", "box_masks",
            "check_epoch_fits", "check_pass_fits", "count_groups", "eval_dataset", "grouped_batches_needed",
-           "orientation", "padded_shape", "parse_instances", "reference_boxes", "resize_like_pil", "resized_size", "stream_position",
-           "train_dataset", "train_example", "trainable"]
+           "orientation", "padded_shape", "parse_instances", "reference_boxes", "resize_like_pil", "resized_size",
+           "stream_position", "train_dataset", "train_example", "trainable"]
