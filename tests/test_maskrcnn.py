@@ -315,7 +315,7 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
     reference's LR per 16 images): box and mask AP on them rise clearly from the first evaluation to the best of the
     last ten. One step sees 4 images, so learning is slow and noisy: runs of this setup were at box/mask AP
     0.16/0.16 after 25 epochs (rising); at 4x the LR, 0.29/0.33 at best by epoch 29 (both at 3 steps per epoch,
-    ceil(6 / 4) + 1: 60 epochs of 2 steps keep the 120 steps of those 40 epochs). Slow: about 4.5 minutes on 2
+    ceil(6 / 4) + 1: 60 epochs of 2 steps keep the 120 steps of those 40 epochs). Slow: about 6 minutes on 2
     shared cores."""
     workload, manifest, config, dist = resolve(
         data_dir=prepared_same_val, output_dir=str(tmp_path), ruleset="0.7", max_epochs=60, batch_size=4,
