@@ -244,3 +244,13 @@ def test_resize_is_pils_bilinear(size, new):
     i = int(np.argmax(row >= 100))
     crossing = i - 1 + (100 - row[i - 1]) / (row[i] - row[i - 1]) + 0.5   # pixel i spans [i, i + 1)
     assert crossing == pytest.approx(new[1] * (w // 2) / w, abs=0.02)
+
+
+def test_a_pass_may_outlast_an_epoch_by_one_batch_only():
+    """(5, 5) images at batch 4: the reference's epoch is 10 // 4 + 1 = 3 iterations, the grouped pass 2 + 2 = 4
+    (both groups end with a partial batch) is allowed; (9, 5) needs 5, more than one batch over: unbalanced shards."""
+    pipeline.check_pass_fits((5, 5), 4, 3, ["a"])
+    with pytest.raises(DataError, match=r"5 batches of 4, more than the 3 of an epoch by more than one; the train"):
+        pipeline.check_pass_fits((9, 5), 4, 3, ["a"])
+    with pytest.raises(DataError, match="no trainable image"):
+        pipeline.check_pass_fits((0, 0), 4, 3, ["a"])

@@ -256,23 +256,27 @@ def grouped_batches_needed(groups: tuple[int, int], batch_size: int) -> int:
     return sum(math.ceil(n / batch_size) for n in groups)
 
 
-def check_epoch_fits(groups: tuple[int, int], batch_size: int, num_batches: int, paths) -> None:
+def check_epoch_fits(groups: tuple[int, int], batch_size: int, num_batches: int, paths,
+                     limit: str | None = None) -> None:
+    """DataError unless the worker has a trainable image and its grouped batches number at most num_batches
+    (limit: how the message names that bound)."""
     if sum(groups) == 0:
         raise DataError(f"no trainable image in {list(paths)[:3]}... (Mask R-CNN trains on images with an object "
                         f"wider and taller than 1 pixel)")
     needed = grouped_batches_needed(groups, batch_size)
     if needed > num_batches:
         raise DataError(f"this worker's record files hold {groups[0]} landscape and {groups[1]} portrait trainable "
-                        f"images: {needed} batches of {batch_size}, more than its {num_batches} per epoch; the train "
-                        f"shards are unbalanced over the workers (prepare the data with a number of train shards "
-                        f"that is a multiple of the worker count, or use fewer workers)")
+                        f"images: {needed} batches of {batch_size}, more than {limit or f'its {num_batches} per epoch'}"
+                        f"; the train shards are unbalanced over the workers (prepare the data with a number of "
+                        f"train shards that is a multiple of the worker count, or use fewer workers)")
 
 
 def check_pass_fits(groups: tuple[int, int], batch_size: int, steps_per_epoch: int, paths) -> None:
     """A worker's pass over its images may outlast an epoch by the one batch that the two orientation groups' last,
     partial batches can add to the reference's epoch_size // batch + 1; a longer pass means this worker holds more
     than its share of the images (DataError)."""
-    check_epoch_fits(groups, batch_size, steps_per_epoch + 1, paths)
+    check_epoch_fits(groups, batch_size, steps_per_epoch + 1, paths,
+                     limit=f"the {steps_per_epoch} of an epoch by more than one")
 
 
 def stream_position(batch: int, pass_batches: int) -> tuple[int, int]:
