@@ -174,8 +174,7 @@ class MaskRCNN(Workload):
     throughput_unit = "images"
     train_flops_per_sample = 1.5e12   # estimate at 800x1333 (MLPERF.md: 1.2-1.7 TFLOP per training image)
     uses_backbone_weights = True
-    # On 2 shared cores: seed 1 reached box 0.32 / mask 0.48 after 9 epochs, seed 2 box 0.33 / mask 0.44 after 12
-    # (about 5 minutes each); seed 1 left running stayed at box 0.4-0.5 / mask 0.5-0.67 from epoch 12 to 23.
+    # Seed 1 reached box 0.35 / mask 0.41 after 10 epochs, seed 2 box 0.32 / mask 0.41 after 12 (README, Demo).
     demo_target = {"bbox": 0.3, "segm": 0.3}
     # A 1-1-1-1 ResNet of width 8 with 32-channel FPN and heads (a shared 2-core CPU trains it at about a second per
     # step of 4 images of 160 x 256; with the reference's 256 channels: 8 s), 160-pixel images, the reference's LR
