@@ -39,8 +39,9 @@ Differences from the reference, on purpose:
   again, where the reference's GroupedBatchSampler ends it with a smaller batch.
 - The data: train2017 and val2017 (instances_*2017.json). The reference's config reads the same images from the
   2014 split files, DATASETS.TRAIN ("coco_2014_train", "coco_2014_valminusminival") and TEST
-  ("coco_2014_minival",) (configs/e2e_mask_rcnn_R_50_FPN_1x.yaml, config/paths_catalog.py): train2017 is 2014's
-  train + valminusminival and val2017 is minival, as COCO defines the 2017 split.
+  ("coco_2014_minival",) (configs/e2e_mask_rcnn_R_50_FPN_1x.yaml, config/paths_catalog.py); its README (object_
+  detection/pytorch/README.md) gives the equivalence: "COCO_2017_train = COCO_2014_train + valminusminival,
+  COCO_2017_val = minival".
 - The reference's FPN_POST_NMS_TOP_N_TRAIN 2000 counts proposals per batch of a GPU (2 images at its 8 x 2): here
   1000 per image, which is what MLPerf logs as num_image_candidates.
 - (Not a difference: every batch norm is a fixed affine, so loop.py's averaging of batch-norm statistics before an
