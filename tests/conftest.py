@@ -11,6 +11,31 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# .ci/run sets MLPERF_KERAS_CI=1 after installing '.[tf-cpu,test]' (jax, tensorflow-datasets) and Horovod: there a test
+# skipped because one of those is missing is a gap in the install, reported as a failure, not a skip.
+IN_CI = os.environ.get("MLPERF_KERAS_CI") == "1"
+HOROVOD_MISSING = "Horovod not installed (bash scripts/install_horovod.sh)"
+# pytest.importorskip's reason when the module is missing (jax and tensorflow_datasets: the test extra installs them).
+_IMPORT_MISSING = "could not import '"
+
+
+def needs_horovod(test):
+    """Skip the test where horovodrun is not on PATH (a failure under MLPERF_KERAS_CI=1)."""
+    import shutil
+
+    return pytest.mark.skipif(shutil.which("horovodrun") is None, reason=HOROVOD_MISSING)(test)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if HOROVOD_MISSING in reason or _IMPORT_MISSING in reason:
+            report.outcome = "failed"
+            report.longrepr = f"MLPERF_KERAS_CI=1: .ci/run installs what this test needs, but {reason}"
+
 
 @pytest.fixture(autouse=True)
 def float32_policy_after_each_test():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from shutil import which as shutil_which
 
 import numpy as np
 import pytest
@@ -15,7 +14,8 @@ from data_prep import coco, demo_coco
 from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
 from mlperf_keras.workloads import ssd as ssd_workload
-from tests.conftest import checker_messages, mllog_events, not_converged_horovod_events, resolve_run, run_cli
+from tests.conftest import (checker_messages, mllog_events, needs_horovod, not_converged_horovod_events, resolve_run,
+                            run_cli)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.skipif(shutil_which("horovodrun") is None, reason="Horovod not installed (bash scripts/install_horovod.sh)")
+@needs_horovod
 def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
     """horovodrun -np 2 --model=ssd on CPU with a tiny model: one log, global values, every val image scored once
     (the evaluator checks the gathered image ids against the manifest's count)."""
