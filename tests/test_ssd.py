@@ -203,7 +203,15 @@ def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
     values = {e["key"]: e["value"] for e in events}
     assert values["num_workers"] == 2 and values["global_batch_size"] == 4 and values["model_bn_span"] == 2
     assert values["distribution"] == "horovod, 2 workers"
-    assert len([e for e in events if e["key"] == "eval_accuracy"]) == 1 and 0 <= values["eval_accuracy"] <= 1
+    assert len([e for e in events if e["key"] == "eval_accuracy"]) == 1
+    from mlperf_keras.inputs.manifest import read_manifest
+
+    assert values["eval_samples"] == read_manifest(prepared, "ssd")["counts"]["val_images_annotated"]
+    # The two-worker log is a whole MLPerf log: only the target rule fails, and with mAP at the target it passes.
+    (log,) = out.glob("*.log")
+    assert_checker_fails_only_on_the_target(
+        str(log), CHECKER_RULESET, "Failed checks for eval_accuracy : v['value'] >= 0.230 and v['value'] < 1.0",
+        values["eval_accuracy"], 0.231, tmp_path)
 
 
 @pytest.mark.slow
