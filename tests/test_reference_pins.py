@@ -163,6 +163,17 @@ def test_ssd_default_boxes_and_coder_are_the_references():
     assert spec.scale_xy == 0.1 and spec.scale_wh == 0.2
 
 
+def test_ssd_crop_and_colour_constants_are_the_references():
+    """mlcommons/training 0badcd17 single_stage_detector/ssd/utils.py `SSDCropping.sample_options`: None (the whole
+    image), (0.1, None), (0.3, None), (0.5, None), (0.7, None), (0.9, None), (None, None) (no IoU bound; a None bound is
+    -inf / +inf); `transforms.ColorJitter(brightness=0.125, contrast=0.5, saturation=0.5, hue=0.05)`."""
+    from mlperf_keras.inputs import boxes
+
+    assert math.isnan(boxes.CROP_MIN_IOU[0]) and boxes.CROP_MIN_IOU[1:] == (0.1, 0.3, 0.5, 0.7, 0.9, -math.inf)
+    assert boxes.CROP_MAX_IOU[1:] == (math.inf,) * 6
+    assert boxes.COLOR_JITTER == {"brightness": 0.125, "contrast": 0.5, "saturation": 0.5, "hue": 0.05}
+
+
 def test_ssd_evaluation_and_optimizer_constants():
     """mlcommons/training 0badcd17 single_stage_detector/ssd/train.py `coco_eval`: overlap_threshold = 0.50 (NMS),
     nms_max_detections = 200; utils.py `decode_single`: `mask = score > 0.05`; train.py: momentum 0.9, weight decay
