@@ -216,6 +216,24 @@ def test_ncf_hyperparameters_are_the_references():
     assert hp["negatives"] == 4 and hp["top_k"] == 10 and hp["eval_negatives"] == 999
 
 
+def test_hr_at_10_ranks_an_earlier_column_above_a_later_equal_score():
+    """mlcommons/training fe17e837 recommendation/pytorch/ncf.py eval_one: the candidates go into a dict item -> score
+    in column order and heapq.nlargest(10, ...) ranks them, which keeps insertion order among equal scores: a test
+    item at column 0 (drawn first) ranks above later candidates with its score, one at the last column below earlier
+    ones. HR@10's K is 10 (MLPerf's metric, `--topk` 10 in that ncf.py): with 10 candidates scoring above the test
+    item it is a miss, with 9 a hit."""
+    from mlperf_keras.metrics.ranking import hits_at_k
+
+    tie = np.array([[0.5, 0.4, 0.5, 0.5]], np.float32)
+    assert hits_at_k(tie, 1, np.array([0])) == 1   # first column, equal later ones: ranked first
+    tie_last = np.array([[0.5, 0.4, 0.5, 0.5]], np.float32)
+    assert hits_at_k(tie_last, 2, np.array([3])) == 0   # last column: both earlier 0.5s rank above it
+    ten_above, nine_above = np.array([[0.1] + [0.9] * 10]), np.array([[0.1] + [0.9] * 9])
+    assert hits_at_k(ten_above, positive_column=np.array([0])) == 0
+    assert hits_at_k(nine_above, positive_column=np.array([0])) == 1
+    assert hits_at_k(ten_above) == 0 and hits_at_k(nine_above) == 1
+
+
 # ---- GNMT: a NaN BLEU never counts as success ----
 
 def test_gnmt_nan_bleu_aborts_the_run_even_with_a_zero_target(tmp_path, monkeypatch):
