@@ -14,8 +14,8 @@ from data_prep import coco, demo_coco
 from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
 from mlperf_keras.workloads import ssd as ssd_workload
-from tests.conftest import (assert_checker_fails_only_on_the_target, mllog_events, needs_horovod, not_converged_horovod_events,
-                            resolve_run, run_cli)
+from tests.conftest import (assert_checker_fails_only_on_the_target, mllog_events, needs_horovod,
+                            not_converged_horovod_events, resolve_run, run_cli)
 
 
 @pytest.fixture(scope="module")
