@@ -6,6 +6,7 @@ import pytest
 import sacrebleu
 
 from mlperf_keras.metrics.bleu import bleu_from_statistics, corpus_bleu, corpus_statistics, merged_bleu
+from tests.conftest import needs_horovod
 
 REFERENCES = [
     "Gutach: Noch mehr Sicherheit für Fußgänger",
@@ -32,11 +33,14 @@ def test_references_against_themselves_score_100():
     assert corpus_bleu(REFERENCES, REFERENCES) == pytest.approx(100.0)
 
 
+HYPOTHESES = ["gutach : noch mehr sicherheit fuer fussgaenger",
+              "Sie stehen keine 100 Meter entfernt: Am Dienstag ist in Gutach die neue Ampel in Betrieb genommen worden.",
+              "Zwei Anlagen so nah: Absicht?", "Diese Frage hat der Bürgermeister beantwortet.",
+              "Die Rathausampel sichert den Schulweg, sagte Eckert.", "Die Ampel sichert Radfahrer."]
+
+
 def test_matches_sacrebleu_uncased_intl_and_ignores_case():
-    hyps = ["gutach : noch mehr sicherheit fuer fussgaenger",
-            "Sie stehen keine 100 Meter entfernt: Am Dienstag ist in Gutach die neue Ampel in Betrieb genommen worden.",
-            "Zwei Anlagen so nah: Absicht?", "Diese Frage hat der Bürgermeister beantwortet.",
-            "Die Rathausampel sichert den Schulweg, sagte Eckert.", "Die Ampel sichert Radfahrer."]
+    hyps = HYPOTHESES
     expected = sacrebleu.corpus_bleu(hyps, [REFERENCES], lowercase=True, tokenize="intl").score
     assert 5 < expected < 95
     assert corpus_bleu(hyps, REFERENCES) == pytest.approx(expected, abs=1e-9)
@@ -64,3 +68,22 @@ def test_edge_cases():
     assert corpus_bleu(["", ""], REFERENCES[:2]) == 0.0
     with pytest.raises(ValueError):
         corpus_statistics(["a"], ["a", "b"])
+
+
+@pytest.mark.multiprocess
+@needs_horovod
+def test_two_horovod_workers_give_the_bleu_of_one_worker_scoring_everything(tmp_path):
+    """horovodrun -np 2 (tests/workers/bleu_shares.py): each worker scores half of the sentences, and both get
+    sacrebleu's corpus BLEU of all six (uncased, intl), not the mean of their halves' scores."""
+    import json
+    import os
+
+    from tests.test_distributed import horovodrun
+
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "bleu_shares.py")
+    proc = horovodrun(worker, str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    ranks = [json.load(open(tmp_path / f"rank{r}_of2.json")) for r in (0, 1)]
+    expected = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES], lowercase=True, tokenize="intl").score
+    assert ranks[0]["merged"] == ranks[1]["merged"] == pytest.approx(expected, abs=1e-9)
+    assert abs(np.mean([r["own_share"] for r in ranks]) - expected) > 1e-3

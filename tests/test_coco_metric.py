@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ from mlperf_keras import distribute
 from mlperf_keras.inputs import default_boxes
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.metrics import coco
+from tests.conftest import needs_horovod
 
 # Non-contiguous COCO ids, as in instances_val2017.json: labels 1, 2, 3 map back to ids 1, 3, 18.
 CATEGORIES = [{"id": 18, "name": "dog", "supercategory": "animal"}, {"id": 1, "name": "person",
@@ -356,8 +356,6 @@ def test_single_process_gather_rows_is_the_identity():
 
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "coco_eval_shares.py")
-needs_horovod = pytest.mark.skipif(shutil.which("horovodrun") is None,
-                                   reason="Horovod not installed (bash scripts/install_horovod.sh)")
 
 
 @pytest.mark.multiprocess

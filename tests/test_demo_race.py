@@ -5,7 +5,6 @@ import glob
 import json
 import multiprocessing
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -13,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, needs_horovod
 
 
 def _prepare_ncf_demo(cache_dir, log_path, barrier):
@@ -97,8 +96,7 @@ def test_a_lock_is_freed_when_its_holder_dies(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.skipif(shutil.which("horovodrun") is None,
-                    reason="Horovod not installed (bash scripts/install_horovod.sh)")
+@needs_horovod
 def test_horovodrun_two_workers_on_an_empty_cache_both_train(tmp_path):
     """The README's multi-worker demo without --data_dir: both ranks start on an empty cache and train."""
     out = tmp_path / "runs"

@@ -4,7 +4,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,12 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, needs_horovod
 from tests.test_train_ncf import SMALL, read_events
 
 WORKER = os.path.join(ROOT, "tests", "workers", "weights_after_steps.py")
-needs_horovod = pytest.mark.skipif(shutil.which("horovodrun") is None,
-                                   reason="Horovod not installed (bash scripts/install_horovod.sh)")
 pytestmark = pytest.mark.multiprocess
 
 
@@ -122,8 +119,8 @@ def test_a_dead_worker_ends_the_job_without_a_success_log(prepared_ncf, tmp_path
     assert all(e["metadata"]["status"] != "success" for e in stops)
 
 
-@pytest.mark.skipif(pytest.importorskip("jax") is None, reason="needs jax")
 def test_jax_data_parallel_on_two_host_devices_agrees_with_one(tmp_path):
+    pytest.importorskip("jax")
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     runs = {}
     for devices in (1, 2):
@@ -139,10 +136,10 @@ def test_jax_data_parallel_on_two_host_devices_agrees_with_one(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(pytest.importorskip("jax") is None, reason="needs jax")
 @pytest.mark.parametrize("epoch_build", ["host", "device"])
 def test_jax_training_cli_uses_both_devices(prepared_ncf, tmp_path, epoch_build):
     """With the epoch built on the device (inputs/ncf_device.py) its batches are re-split over both devices."""
+    pytest.importorskip("jax")
     env = {**os.environ, "KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     proc = subprocess.run([sys.executable, "-m", "mlperf_keras.train", "--backend=jax", f"--data_dir={prepared_ncf}",
                            f"--output_dir={tmp_path}", "--seed=1", "--max_epochs=4",

@@ -63,8 +63,8 @@ app.run(main)
 """
 
 
-@pytest.mark.skipif(pytest.importorskip("jax") is None, reason="needs jax")
 def test_jax_tpu_probe_line_is_hidden():
+    pytest.importorskip("jax")
     proc = _python(_JAX_RUN.format(quiet=True), KERAS_BACKEND="jax", JAX_PLATFORMS="")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "libtpu" not in proc.stderr and "Unable to initialize backend" not in proc.stderr, proc.stderr

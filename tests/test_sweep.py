@@ -79,3 +79,22 @@ def test_a_launcher_status_with_a_max_epochs_log_is_not_converged(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "not converged seeds: 1" in done.stdout and "failed seeds: 2" in done.stdout
 
+
+
+def test_a_real_ncf_run_through_the_sweep(prepared_ncf, tmp_path):
+    """The real mlperf_keras.train (not the fake): one seed, one epoch of a small NeuMF on the shared prepared
+    MovieLens sample, which cannot reach HR@10 0.635; train exits 5, the sweep lists it as not converged, keeps its
+    one log (run_stop aborted) and exits 0."""
+    from tests.conftest import mllog_events
+    from tests.test_train_ncf import SMALL
+
+    out = tmp_path / "runs"
+    done = run_cli("mlperf_keras.sweep", "--model=ncf", "--seeds=4", f"--output_dir={out}", "--",
+                   f"--data_dir={prepared_ncf}", "--max_epochs=1", f"--hparams={SMALL}", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "1 of 1 runs completed (1 did not reach the target by --max_epochs)" in done.stdout, done.stdout
+    assert "seed 4 not converged (exit 5)" in done.stdout, done.stdout
+    (log,) = glob.glob(str(out / "ncf_seed4_*.log"))
+    events = mllog_events(log)
+    assert [e["metadata"]["status"] for e in events if e["key"] == "run_stop"] == ["aborted"]
+    assert [e["value"] for e in events if e["key"] == "seed"] == [4]

@@ -50,16 +50,21 @@ def resize(image, height, width):
                                      align_corners=False)
 
 
+def sample_crop_window(image_shape, seed, crop: CropParams = CropParams()):
+    """The training crop window of an image of shape [height, width, channels] -> int32 [offset_y, offset_x,
+    height, width]. seed: int64 [2] (stateless)."""
+    begin, box_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        image_shape, bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=seed,
+        min_object_covered=crop.min_object_covered, aspect_ratio_range=list(crop.aspect_ratio_range),
+        area_range=list(crop.area_range), max_attempts=crop.max_attempts, use_image_if_no_bounding_boxes=True)
+    return tf.stack([begin[0], begin[1], box_size[0], box_size[1]])
+
+
 def random_crop_flip_resize(jpeg, seed, size: int, crop: CropParams = CropParams()):
     """Training preprocessing of one JPEG string -> uint8 [size, size, 3]. seed: int64 [2] (stateless)."""
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=2))
-    begin, box_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.image.extract_jpeg_shape(jpeg), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=crop_seed,
-        min_object_covered=crop.min_object_covered, aspect_ratio_range=list(crop.aspect_ratio_range),
-        area_range=list(crop.area_range), max_attempts=crop.max_attempts, use_image_if_no_bounding_boxes=True)
-    offset_y, offset_x, _ = tf.unstack(begin)
-    height, width, _ = tf.unstack(box_size)
-    image = tf.image.decode_and_crop_jpeg(jpeg, tf.stack([offset_y, offset_x, height, width]), channels=3)
+    window = sample_crop_window(tf.image.extract_jpeg_shape(jpeg), crop_seed, crop)
+    image = tf.image.decode_and_crop_jpeg(jpeg, window, channels=3)
     image = tf.image.stateless_random_flip_left_right(image, flip_seed)
     image = to_uint8(resize(image, size, size))
     image.set_shape([size, size, 3])
@@ -170,4 +175,4 @@ def classification_eval_dataset(paths: list[str], *, batch_size: int, image_size
 
 __all__ = ["CLASSIFICATION_FEATURES", "CropParams", "IMAGENET_MEAN_RGB", "IMAGENET_STD_RGB", "center_crop_resize",
            "check_epoch_fits", "classification_eval_dataset", "classification_train_dataset", "epoch_seed",
-           "random_crop_flip_resize", "resize", "to_uint8", "train_records"]
+           "random_crop_flip_resize", "resize", "sample_crop_window", "to_uint8", "train_records"]

@@ -346,6 +346,14 @@ class ResNet50(Workload):
         imagenet.prepare(raw_dir, prepared_dir, train_shards=8, val_shards=2, num_workers=0, overwrite=True, log=log)
 
 
+def train_crop(hparams):
+    """The training crop (inputs.image.CropParams) the hparams crop_area, crop_aspect and crop_min_covered give."""
+    from mlperf_keras.inputs import image
+
+    return image.CropParams(area_range=tuple(hparams["crop_area"]), aspect_ratio_range=tuple(hparams["crop_aspect"]),
+                            min_object_covered=hparams["crop_min_covered"])
+
+
 class _ImageNetTrainData(TrainData):
     def __init__(self, config, dist, paths, steps, samples, label_offset, worker_images):
         from mlperf_keras.inputs import image
@@ -359,12 +367,10 @@ class _ImageNetTrainData(TrainData):
         from mlperf_keras.inputs import image
 
         hp = self.config.hparams
-        crop = image.CropParams(area_range=tuple(hp["crop_area"]), aspect_ratio_range=tuple(hp["crop_aspect"]),
-                                min_object_covered=hp["crop_min_covered"])
         return image.classification_train_dataset(
             self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
-            image_size=hp["image_size"], crop=crop, shuffle_buffer=hp["shuffle_buffer"],
+            image_size=hp["image_size"], crop=train_crop(hp), shuffle_buffer=hp["shuffle_buffer"],
             label_offset=self.label_offset, num_images=self.worker_images)
 
     def batches(self, epoch):
