@@ -110,12 +110,17 @@ def check_hparams(hparams: Mapping[str, Any], from_data: Mapping[str, Any], own_
 
 
 def parse_hparams(text: str, defaults: Mapping[str, Any]) -> dict:
-    """Parse 'key=value,key=value' against a workload's defaults.
+    """Parse 'key=value,key=value' against a workload's defaults: the defaults with the items replaced.
 
     Each value is converted to the type of its default (bool accepts true/false/1/0; a tuple default takes
     values separated by ':' or '-', e.g. mlp_layers=256-256-128-64). Unknown keys are an error listing the valid ones.
     """
-    out = dict(defaults)
+    return {**defaults, **parse_hparam_overrides(text, defaults)}
+
+
+def parse_hparam_overrides(text: str, defaults: Mapping[str, Any]) -> dict:
+    """The items of 'key=value,key=value' alone (what the user changed), converted as parse_hparams does."""
+    out = {}
     if not text:
         return out
     for item in filter(None, (part.strip() for part in text.split(","))):

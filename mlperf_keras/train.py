@@ -79,15 +79,19 @@ def _preset_batch(model: str, pairs: list[str]) -> int | None:
     return None
 
 
-def build_config(values, workload, dist, manifest: dict | None, demo: bool):
-    """Flags (absl FlagValues or any object with the same attributes) -> the frozen RunConfig."""
+def build_config(values, workload, dist, manifest: dict | None, demo: bool, closed_lock: bool = True):
+    """Flags (absl FlagValues or any object with the same attributes) -> the frozen RunConfig.
+
+    closed_lock: under --division=closed, refuse (ConfigError) an --hparams item the closed division may not change
+    (compliance.tunable). A demo's own demo_hparams are not the user's items: the lock judges only --hparams."""
     from mlperf_keras import system
-    from mlperf_keras.config import RunConfig, SystemInfo, check_hparams, parse_hparams, quality_target
+    from mlperf_keras.config import RunConfig, SystemInfo, check_hparams, parse_hparam_overrides, quality_target
 
     defaults = {**workload.reference_hparams(values.ruleset), **workload.dataset_hparams(manifest)}
     if demo:
         defaults.update(workload.demo_hparams)
-    hparams = parse_hparams(values.hparams, defaults)
+    overrides = parse_hparam_overrides(values.hparams, defaults)
+    hparams = {**defaults, **overrides}
     check_hparams(hparams, workload.dataset_hparams(manifest), getattr(workload, "counts_checked_by_workload", ()),
                   defaults)
     if values.batch_size is not None:
@@ -104,7 +108,7 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
     platform = values.platform or (model_name.replace(" ", "_").lower() if count else "cpu")
     peak = values.peak_tflops or (system.peak_tflops(model_name, values.precision) if count else None)
     seed = values.seed if values.seed is not None else secrets.randbelow(SEED_LIMIT)
-    return RunConfig(
+    config = RunConfig(
         model=values.model, ruleset=values.ruleset, seed=seed, precision=values.precision,
         global_batch_size=global_batch,
         max_epochs=values.max_epochs if values.max_epochs is not None else workload.default_epochs(hparams),
@@ -122,6 +126,13 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
         backbone_weights=_backbone_weights(values, workload),
         checkpoint_dir=_checkpoint_dir(values), keep_checkpoints=getattr(values, "keep_checkpoints", 2),
         resume=bool(getattr(values, "resume", False)))
+    if closed_lock and config.closed_division:
+        from mlperf_keras.compliance import tunable
+
+        refusal = tunable.closed_refusal(workload, config, overrides, manifest)
+        if refusal:
+            raise ConfigError(refusal)
+    return config
 
 
 def _checkpoint_dir(values) -> str | None:
@@ -169,8 +180,9 @@ def _backend() -> str:
     return keras.backend.backend()
 
 
-def resolve(values, dist, say=print):
-    """The workload, its manifest (None for synthetic data) and the config, from flag values."""
+def resolve(values, dist, say=print, closed_lock: bool = True):
+    """The workload, its manifest (None for synthetic data) and the config, from flag values (closed_lock: see
+    build_config)."""
     from mlperf_keras import registry
     from mlperf_keras.inputs.manifest import read_manifest
 
@@ -199,7 +211,7 @@ def resolve(values, dist, say=print):
         if latest is None:
             raise ConfigError(f"--resume: no checkpoint in --checkpoint_dir={values.checkpoint_dir}")
         values = with_values(values, seed=checkpoints.read_header(latest)["seed"])
-    config = build_config(values, workload, dist, manifest, demo)
+    config = build_config(values, workload, dist, manifest, demo, closed_lock)
     from mlperf_keras import system
 
     warning = system.preset_mismatch_warning(values.platform, config.system.accelerator_model)
@@ -259,6 +271,12 @@ def dry_run(config, workload, manifest) -> None:
     print(f"steps per epoch: {workload.steps_per_epoch(config, manifest)}")
     for line in workload.describe(config):
         print(line)
+    from mlperf_keras.compliance import tunable
+
+    print(f"hparams the closed division lets --hparams change (v{config.ruleset} rules; every other one is fixed to "
+          f"the reference, and --division=open accepts anything):")
+    for key in tunable.tunable_keys(config.model, config.ruleset, config.hparams):
+        print(f"  {key}={config.hparams[key]!r}  {tunable.describe(config.model, config.ruleset, key)}")
 
 
 def main(argv):
