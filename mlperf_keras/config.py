@@ -211,6 +211,13 @@ class RunConfig:
         return self.submission_division == "closed"
 
     @property
+    def logged_division(self) -> str:
+        """submission_division as the log states it. A demo trains a reduced model (demo_hparams) on demo data, which
+        no closed result may, so its log says open whatever --division chose (that still picks its code paths), and
+        demo: true."""
+        return "open" if self.demo else self.submission_division
+
+    @property
     def first_epoch_num(self) -> int:
         return first_epoch_number(self.ruleset)
 
