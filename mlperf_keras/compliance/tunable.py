@@ -16,7 +16,8 @@ by one factor. Besides the rules' entries, every workload may change
 - the batch (--batch_size, and the hparam of its default): every round lets it be chosen, and each workload already
   scales its learning rate with it (and checks the scaled value where the rules constrain it);
 - IMPLEMENTATION_KEYS: how the same computation runs (eval batch, mask-pasting processes, where NCF's negatives are
-  drawn, padded eval shapes, which stock dropout generator), not what it computes;
+  drawn, padded eval shapes, which stock dropout generator, Mask R-CNN's static bound on objects), not what it
+  computes;
 - a count that follows from the prepared data, set to the data's own value (config.check_hparams refuses any other).
 An override equal to the reference's value is not a change. Everything else is refused under --division=closed.
 
@@ -33,7 +34,9 @@ RULES_COMMITS = {"0.5": "6e021638e80a1a82d151d4f4bf703d6704643fd7",   # 2018-11-
                  "0.7": "e382b31d9be0e2f463e19ca770e9ace28911106a"}   # 2020-06-26
 CHECKER_RULESETS = {"0.6": "0.6.0", "0.7": "0.7.0"}                   # mlperf-logging has no v0.5 rules
 BATCH_KEYS = ("batch_size", "batch_tokens")
-IMPLEMENTATION_KEYS = ("eval_batch_size", "paste_processes", "epoch_build", "eval_boundary_scale", "dropout_rng")
+# max_gt: Mask R-CNN's static bound on objects per image, which stops a run rather than dropping objects.
+IMPLEMENTATION_KEYS = ("eval_batch_size", "paste_processes", "epoch_build", "eval_boundary_scale", "dropout_rng",
+                       "max_gt")
 
 
 @dataclasses.dataclass(frozen=True)
