@@ -105,9 +105,9 @@ def test_a_short_run_logs_the_division_it_ran(prepared_ncf, tmp_path):
     logged = {}
     for division, hparams in (("closed", "batch_size=4096,learning_rate=0.003"),
                               ("open", "mf_dim=8,mlp_layers=32-32-16,batch_size=4096,learning_rate=0.003")):
-        workload, manifest, config, dist = resolve_run("ncf", data_dir=prepared_ncf, output_dir=str(tmp_path / division),
-                                                       max_epochs=1, jit_compile=False, hparams=hparams,
-                                                       division=division)
+        workload, manifest, config, dist = resolve_run("ncf", data_dir=prepared_ncf,
+                                                       output_dir=str(tmp_path / division), max_epochs=1,
+                                                       jit_compile=False, hparams=hparams, division=division)
         result = loop.run(config, workload, dist, manifest)
         (event,) = [e for e in mllog_events(result.log_path) if e["key"] == "submission_division"]
         logged[division] = event["value"]
