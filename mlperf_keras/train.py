@@ -37,7 +37,8 @@ flags.DEFINE_list("batch_per_accelerator", [], "Per-worker batch by model that f
 flags.DEFINE_integer("max_epochs", None, "Stop after this many epochs (at least 1) if the target is not reached "
                      "(run_stop status aborted, exit status 5). Default: per workload.")
 flags.DEFINE_string("hparams", "", "Override workload hyperparameters: key=value,key=value. An unknown key "
-                    "lists the valid ones; --dry_run shows them all.")
+                    "lists the valid ones; --dry_run shows them all. Under --division=closed only those the round's "
+                    "rules let a closed submission tune, within their constraints (--dry_run lists them).")
 flags.DEFINE_bool("synthetic", False, "Random data of the real shapes: measures model and loop, not quality.")
 flags.DEFINE_bool("dry_run", False, "Print the resolved configuration, the parameter count, the global batch and "
                   "steps per epoch, then exit without touching data.")
@@ -49,7 +50,8 @@ flags.DEFINE_string("platform", None, "submission_platform: the system's name, e
 flags.DEFINE_string("org", "mlperf_keras", "submission_org.")
 flags.DEFINE_enum("division", "closed", ["closed", "open"], "submission_division. closed (default): the "
                   "reference's graph, init, preprocessing, data order and stock random generators. open: also the "
-                  "faster deviations each workload lists in the README (logged as submission_division: open).")
+                  "faster deviations each workload lists in the README, and any --hparams (logged as submission_division: "
+                  "open).")
 flags.DEFINE_enum("status", "onprem", ["onprem", "cloud", "preview", "research"], "submission_status.")
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one accelerator at --precision (default: known table).")
 flags.DEFINE_integer("eval_offset", 0, "Shift the eval cadence by this many epochs (resnet allows 0-3).")

@@ -99,6 +99,18 @@ def test_the_table_follows_the_rules_literals(model, ruleset, hparams, allowed):
     assert (refusal(model, ruleset, hparams) is None) == allowed, refusal(model, ruleset, hparams)
 
 
+def test_dry_run_marks_the_tunable_hparams(capsys):
+    """NCF v0.5: "lr | Arbitrary constant" is listed, the model's widths are not."""
+    from mlperf_keras import train as train_cli
+
+    workload, manifest, config, _ = resolve_run("ncf", dry_run=True)
+    train_cli.dry_run(config, workload, manifest)
+    out = capsys.readouterr().out
+    assert "  learning_rate=0.0045  tunable: arbitrary constant (lr; training_rules.adoc @6e02163)\n" in out
+    assert "  batch_size=1048576  tunable: the batch\n" in out
+    assert "  mf_dim=" not in out and "  mlp_layers=" not in out
+
+
 def test_a_short_run_logs_the_division_it_ran(prepared_ncf, tmp_path):
     """submission_division is what --division said: closed for tunable overrides only, open for a model the closed
     division refuses (mf_dim=8)."""
