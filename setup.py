@@ -46,6 +46,7 @@ setup(
         "console_scripts": [
             "mlperf-keras-train=mlperf_keras.train:run_main",
             "mlperf-keras-report=mlperf_keras.report:run",
+            "mlperf-keras-estimate=mlperf_keras.estimate:run",
             "mlperf-keras-sweep=mlperf_keras.sweep:run",
         ],
     },

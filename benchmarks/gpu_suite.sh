@@ -8,8 +8,10 @@
 #   bash benchmarks/gpu_suite.sh maskrcnn  # Mask R-CNN against torchvision's (same image size, ROI counts, objects);
 #                                          # GRAPH_VARIANTS="roi_f32" also times graph variants, SPLIT=1 the parts
 #                                          # of our graph on their own
+#   bash benchmarks/gpu_suite.sh precision # 1 GPU: each of MODELS (default: all six) at bf16, then at fp16 (loss
+#                                          # scaling), loop and bare step and the last timed step's loss
 #   bash benchmarks/gpu_suite.sh transformer  # the Transformer against its peer on our own batch, and step variants
-#                                             # (VARIANTS="flags;flags;..." picks benchmarks/transformer_variants.py runs)
+#                                             # (VARIANTS="flags;flags;..." picks benchmarks/experiments/transformer_variants.py runs)
 # Each result is one JSON line appended to $OUT/results.jsonl.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_suite}
@@ -35,7 +37,7 @@ ours() {  # model gpus global_batch tag [--variant="variant flags" | other bench
   local json="$RUNS/$1_$4.json" m=$1 gpus=$2 batch=$3 tag=$4 entry=(-m mlperf_keras.benchmark)
   shift 4
   if [[ "${1:-}" == --variant=* ]]; then
-    read -ra entry <<< "benchmarks/transformer_variants.py ${1#--variant=} --"
+    read -ra entry <<< "benchmarks/experiments/transformer_variants.py ${1#--variant=} --"
     shift
   fi
   # --ruleset=0.5: the round every figure in RESULTS.md was measured at (ResNet's default is now 0.7, LARS; the
@@ -62,9 +64,16 @@ case "${1:-}" in
       if [ "$gpus" -ge 2 ]; then ours "$m" 0,1 $((2 * ${BATCH[$m]})) scale_2gpu; fi
       if [ "$gpus" -ge 4 ]; then ours "$m" 0,1,2,3 $((4 * ${BATCH[$m]})) scale_4gpu; fi
     done ;;
+  precision)
+    for m in ${MODELS_PRECISION:-ncf resnet ssd transformer gnmt maskrcnn}; do
+      extra=()
+      # Mask R-CNN from random weights diverges at the reference's LR (see maskrcnn below).
+      [ "$m" = maskrcnn ] && extra=(--hparams=learning_rate=0.0002)
+      for p in bf16 fp16; do ours "$m" 0 "${BATCH[$m]}" "precision_$p" --precision="$p" "${extra[@]}"; done
+    done ;;
   transformer)
     # Ours as shipped, saving its batch; the peer on that same padded batch (padding masked) and on an unpadded
-    # batch of the same shape; then our step with one part swapped (benchmarks/transformer_variants.py).
+    # batch of the same shape; then our step with one part swapped (benchmarks/experiments/transformer_variants.py).
     ours transformer 0 8192 ours_1gpu --seed=1 --save_batch="$RUNS/transformer_batch.npz"
     for peer in "--batch_file=$RUNS/transformer_batch.npz" \
                 "--seq_len=$(ours_seq_len transformer)"; do
@@ -104,5 +113,5 @@ case "${1:-}" in
         ${v:+--variant="$v"} ${SPLIT:+--split} --json_out="$OUT/results.jsonl" 2>&1 | tee -a "$OUT/maskrcnn_ours.log" \
         | grep -E '^\{|rror' || echo "FAILED: maskrcnn graph $v"
     done ;;
-  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|transformer|gnmt|maskrcnn" >&2; exit 2 ;;
+  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|precision|transformer|gnmt|maskrcnn" >&2; exit 2 ;;
 esac

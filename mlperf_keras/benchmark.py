@@ -81,9 +81,10 @@ def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers
     times = []
     for _ in range(steps):
         t = time.perf_counter()
-        _block(step(x, y))
+        last_loss = _block(step(x, y))
         times.append(time.perf_counter() - t)
-    return {"bare_samples_per_s": bare, "loop_samples_per_s": through_loop,
+    # The last loss shows the timed steps trained on finite numbers (fp16's loss scaling, a diverging LR).
+    return {"last_loss": last_loss, "bare_samples_per_s": bare, "loop_samples_per_s": through_loop,
             "loop_samples_per_s_per_worker": through_loop / num_workers,
             "step_ms_median": 1e3 * statistics.median(times), "step_ms_p90": 1e3 * float(np.percentile(times, 90)),
             "loop_vs_bare": through_loop / bare}

@@ -185,7 +185,7 @@ def build(config, workload, dist, manifest):
 
 
 def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds: float, say,
-              stop_on_non_finite: bool = True) -> float:
+              stop_on_non_finite: bool = True, first: bool = False) -> float:
     """Run one epoch's batches through the train step; returns the last loss (reading it waits for the device).
 
     Divergence is checked on the losses read anyway (the last one, and each progress line's), not per step: a
@@ -193,11 +193,20 @@ def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds
     update writes into the weights, so every later loss is non-finite too and the epoch's last loss catches it; a
     progress line that reads one ends the epoch at once (stop_on_non_finite; only for one worker: workers print at
     different moments, and one leaving the epoch early would leave the others waiting in a collective).
+    first: the run's first epoch, whose first step traces and compiles the step (minutes for a detector on a few CPU
+    cores, with nothing else to show): say so before it and how long it took after.
     """
     start = last_report = time.time()
     loss = None
     for i, (x, y) in enumerate(batches):
-        loss = step(x, y)
+        if first and i == 0:
+            say("compiling the train step (its first call)...")
+            compile_start = time.time()
+            loss = step(x, y)
+            float(loss)   # waits for the step, so that the time is the compilation's and the first step's
+            say(f"train step compiled and run once in {time.time() - compile_start:.1f} s")
+        else:
+            loss = step(x, y)
         now = time.time()
         if now - last_report >= progress_seconds:
             last_report = now
@@ -256,7 +265,7 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
         epoch_start = time.time()
         epoch_loss = run_epoch(step, train.batches(epoch), train.steps_per_epoch, samples_per_step,
                                config.progress_seconds, lambda msg: progress.say(f"  epoch {epoch + base} {msg}"),
-                               stop_on_non_finite=dist.world_size == 1)
+                               stop_on_non_finite=dist.world_size == 1, first=epoch == start_epoch)
         epoch_seconds = time.time() - epoch_start
         # A TrainData that counts its epoch's samples (GNMT's real tokens) gives them; else steps x global batch.
         counted = train.epoch_samples() if hasattr(train, "epoch_samples") else None

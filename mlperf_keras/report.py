@@ -35,6 +35,8 @@ def define_flags():
     flags.DEFINE_bool("charts", True, "Draw the charts (--nocharts: tables only, faster).")
     flags.DEFINE_multi_string("benchmark_results", [], "JSON-lines files of python -m mlperf_keras.benchmark results "
                               "(e.g. benchmarks/gpu_suite.sh's results.jsonl): adds a weak-scaling table and chart.")
+    flags.DEFINE_multi_string("estimate", [], "JSON files of python -m mlperf_keras.estimate: listed in report.md "
+                              "beside the measured and published scores of the same benchmark, marked as estimates.")
     flags.mark_flag_as_required("out")
 
 
@@ -48,6 +50,15 @@ def main(argv):
     if not log_dirs:
         print("error: give at least one log folder with --logs", file=sys.stderr)
         return EXIT_FAILED
+    estimates = []
+    if FLAGS.estimate:
+        from mlperf_keras.reporting.estimate import EstimateError, read_estimates
+
+        try:
+            estimates = read_estimates(FLAGS.estimate)
+        except EstimateError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_FAILED
     try:
         report = build_report(log_dirs, FLAGS.out, baseline=FLAGS.baseline, overwrite=FLAGS.overwrite,
                               check_compliance=FLAGS.compliance, draw_charts=FLAGS.charts,
@@ -57,6 +68,16 @@ def main(argv):
         return EXIT_FAILED
 
     print(f"{len(report.records)} runs, {len(report.results)} results; report: {report.report_path}")
+    if estimates:
+        from mlperf_keras.reporting.estimate import estimates_markdown
+
+        with open(report.report_path, "a") as handle:
+            handle.write(estimates_markdown(estimates, report.results))
+        for estimate in estimates:
+            minutes = estimate.get("minutes")
+            text = f"{minutes['median']:.2f} min" if minutes else "unknown"
+            print(f"  {estimate['model']:12s} {'ESTIMATE ' + str(estimate.get('gpus') or '?') + ' GPUs':40s} "
+                  f"{text:>12s}  estimate, not measured")
     if FLAGS.benchmark_results:
         from mlperf_keras.reporting import benchmark_scaling
 

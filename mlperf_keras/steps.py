@@ -82,15 +82,22 @@ class _JaxTrainStep:
         self.model, self.optimizer = model, optimizer
         optimizer.build(model.trainable_variables)
 
-        def compute_loss(trainable, non_trainable, x, y):
+        def compute_loss(trainable, non_trainable, opt_vars, x, y):
             pred, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
-            return loss_fn(y, pred), non_trainable
+            loss = loss_fn(y, pred)
+            # Differentiate the loss as the optimizer scales it: LossScaleOptimizer (fp16) divides the gradients by
+            # its dynamic scale in stateless_apply, so the gradient must be of the scaled loss. The scale is read
+            # from this step's optimizer state (the stateless value), not from the Keras variable, which is only
+            # written at sync. Other optimizers' scale_loss returns the loss as it is.
+            with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, opt_vars))):
+                scaled = optimizer.scale_loss(loss)
+            return scaled, (loss, non_trainable)
 
         grad_fn = jax.value_and_grad(compute_loss, has_aux=True)
 
         def step(state, x, y):
             trainable, non_trainable, opt_vars = state
-            (loss, non_trainable), grads = grad_fn(trainable, non_trainable, x, y)
+            (_, (loss, non_trainable)), grads = grad_fn(trainable, non_trainable, opt_vars, x, y)
             trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
             return loss, (trainable, non_trainable, opt_vars)
 

@@ -113,7 +113,8 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool, clos
     config = RunConfig(
         model=values.model, ruleset=values.ruleset, seed=seed, precision=values.precision,
         global_batch_size=global_batch,
-        max_epochs=values.max_epochs if values.max_epochs is not None else workload.default_epochs(hparams),
+        max_epochs=(values.max_epochs if values.max_epochs is not None
+                    else workload.default_epochs(hparams, global_batch)),
         hparams=hparams,
         quality_target=workload.demo_target if demo else quality_target(values.model, values.ruleset),
         data_dir=values.data_dir, output_dir=values.output_dir, synthetic=values.synthetic, demo=demo,

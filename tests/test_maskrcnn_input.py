@@ -184,3 +184,73 @@ def test_eval_batches_hold_every_val_image_once(prepared):
     with open(os.path.join(raw, "annotations", "instances_val2017.json")) as f:
         want = sorted(image["id"] for image in json.load(f)["images"])
     assert sorted(ids) == want
+
+
+def test_epochs_cut_one_stream_of_passes_as_the_references_iteration_based_sampler(prepared):
+    """IterationBasedBatchSampler (data/samplers/iteration_based_batch_sampler.py, mlcommons/training 0badcd17)
+    re-runs the grouped batch sampler pass after pass; the evaluation comes every iters_per_epoch iterations wherever
+    a pass ends. Here: a pass of ceil(landscape / b) + ceil(portrait / b) batches, epochs of N // b + 1, and epoch k
+    the batches k x steps .. (k + 1) x steps - 1 of the passes back to back, also for a resumed run's first epoch."""
+    from mlperf_keras import distribute
+    from mlperf_keras.workloads import maskrcnn as workload_module
+    from tests.conftest import resolve_run
+
+    _, out = prepared
+    manifest = read_manifest(out, "maskrcnn")
+    paths = records.worker_files(out, manifest, "train", 0, 1)
+    groups = pipeline.count_groups(paths)
+    hparams = f"min_size={MIN},max_size={MAX},max_gt=6,shuffle_buffer=8"
+    batch = next(b for b in (3, 4, 5, 2) if pipeline.grouped_batches_needed(groups, b) != sum(groups) // b + 1)
+    _, _, config, dist = resolve_run("maskrcnn", data_dir=out, batch_size=batch, hparams=hparams, division="open")
+    steps = sum(groups) // batch + 1
+    pass_batches = pipeline.grouped_batches_needed(groups, batch)
+    data = workload_module._CocoTrainData(config, distribute.create("tensorflow"), paths, steps)
+    assert (data.steps_per_epoch, data.pass_batches) == (steps, pass_batches) and steps != pass_batches
+
+    def key(x):
+        return np.asarray(x["gt_boxes"]).tobytes() + np.asarray(x["images"]).tobytes()
+
+    epochs = [[key(x) for x, _ in data.batches(e)] for e in range(3)]
+    assert [len(e) for e in epochs] == [steps] * 3
+    passes = []
+    for p in range(3 * steps // pass_batches + 1):
+        passes += [key(x) for x, _ in pipeline.train_dataset(
+            paths, seed=config.seed, epoch=p, rank=0, batch_size=batch, num_batches=pass_batches, shuffle_buffer=8,
+            min_size=MIN, max_size=MAX, max_gt=6).as_numpy_iterator()]
+    assert sum(epochs, []) == passes[:3 * steps]
+    resumed = workload_module._CocoTrainData(config, distribute.create("tensorflow"), paths, steps)
+    assert [key(x) for x, _ in resumed.batches(2)] == epochs[2]
+
+
+@pytest.mark.parametrize("size,new", [((480, 640), (800, 1066)), ((640, 427), (1199, 800)),
+                                      ((1500, 2000), (800, 1066))])
+def test_resize_is_pils_bilinear(size, new):
+    """The reference resizes PIL images (transforms.py Resize -> torchvision F.resize -> PIL Image.resize BILINEAR,
+    mlcommons/training 0badcd17): a vertical step edge at x = W/2 lands at new_W/2 (533.0 at 640 -> 1066), and
+    every pixel is within 1 of PIL's (noise too, shrinking included). TF1's legacy resize put the edge at 532.67."""
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    h, w = size
+    step = np.zeros((h, w, 3), np.uint8)
+    step[:, w // 2:] = 200
+    noise = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    for picture in (step, noise):
+        want = np.asarray(Image.fromarray(picture).resize(new[::-1], Image.BILINEAR), np.int32)
+        got = np.asarray(pipeline.image.to_uint8(pipeline.resize_like_pil(picture, *new)), np.int32)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 1 and np.abs(got - want).mean() < 0.2, np.abs(got - want).mean()
+    row = np.asarray(pipeline.resize_like_pil(step, *new))[0, :, 0]
+    i = int(np.argmax(row >= 100))
+    crossing = i - 1 + (100 - row[i - 1]) / (row[i] - row[i - 1]) + 0.5   # pixel i spans [i, i + 1)
+    assert crossing == pytest.approx(new[1] * (w // 2) / w, abs=0.02)
+
+
+def test_a_pass_may_outlast_an_epoch_by_one_batch_only():
+    """(5, 5) images at batch 4: the reference's epoch is 10 // 4 + 1 = 3 iterations, the grouped pass 2 + 2 = 4
+    (both groups end with a partial batch) is allowed; (9, 5) needs 5, more than one batch over: unbalanced shards."""
+    pipeline.check_pass_fits((5, 5), 4, 3, ["a"])
+    with pytest.raises(DataError, match=r"5 batches of 4, more than the 3 of an epoch by more than one; the train"):
+        pipeline.check_pass_fits((9, 5), 4, 3, ["a"])
+    with pytest.raises(DataError, match="no trainable image"):
+        pipeline.check_pass_fits((0, 0), 4, 3, ["a"])

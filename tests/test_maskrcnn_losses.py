@@ -123,6 +123,28 @@ def test_box_losses_by_hand_class_specific():
     assert box == pytest.approx(want / 3, rel=1e-5)
 
 
+def test_roi_box_targets_use_the_references_coder_weights_10_10_5_5():
+    """The box head's targets: BoxCoder(weights=cfg.MODEL.ROI_HEADS.BBOX_REG_WEIGHTS) with BBOX_REG_WEIGHTS
+    (10., 10., 5., 5.) (maskrcnn_benchmark/config/defaults.py and modeling/roi_heads/box_head/loss.py, mlcommons/
+    training 0badcd17), BoxCoder.encode written out by hand (modeling/box_coder.py, TO_REMOVE = 1)."""
+    gt = np.array([[[10.0, 20.0, 49.0, 69.0], [0, 0, 0, 0]]], np.float32)
+    proposal = np.array([14.0, 16.0, 53.0, 59.0], np.float32)    # IoU 0.62 with the ground truth
+    proposals = np.array([[proposal, [200.0, 200.0, 230.0, 230.0]]], np.float32)
+    spec = maskrcnn.Spec(num_classes=3, roi_batch=4)
+    rois, labels, valid, targets, _ = (np_(t) for t in maskrcnn.roi_targets(
+        proposals, np.array([[True, True]]), gt, np.array([[2, 0]], np.int32), np.array([[True, False]]), spec,
+        seed=keras.random.SeedGenerator(1)))
+    slot = [i for i in range(4) if labels[0, i] == 2 and np.allclose(rois[0, i], proposal)]
+    assert len(slot) == 1, (rois, labels)
+    ex_w, ex_h = 53.0 - 14.0 + 1, 59.0 - 16.0 + 1
+    ex_x, ex_y = 14.0 + 0.5 * ex_w, 16.0 + 0.5 * ex_h
+    gt_w, gt_h = 49.0 - 10.0 + 1, 69.0 - 20.0 + 1
+    gt_x, gt_y = 10.0 + 0.5 * gt_w, 20.0 + 0.5 * gt_h
+    want = [10.0 * (gt_x - ex_x) / ex_w, 10.0 * (gt_y - ex_y) / ex_h, 5.0 * np.log(gt_w / ex_w),
+            5.0 * np.log(gt_h / ex_h)]
+    np.testing.assert_allclose(targets[0, slot[0]], want, rtol=1e-5, atol=1e-6)
+
+
 def test_mask_targets_and_loss_by_hand():
     """Box-local masks (each over its own box) resampled onto ROIs."""
     masks = np.zeros((1, 2, 64, 64), np.uint8)

@@ -1,4 +1,4 @@
-"""Time our Mask R-CNN training graph on one accelerator before the workload exists (JAX backend).
+"""Time our Mask R-CNN training graph alone on one accelerator, without the workload's input and loop (JAX backend).
 
     KERAS_BACKEND=jax python benchmarks/experiments/maskrcnn_graph.py [--batch=8] [--steps=20] [--split]
         [--max_gt=100] [--objects=7] [--height=800 --width=1344 --content_width=1333] [--json_out=F]

@@ -5,12 +5,13 @@ As the v0.6/v0.7 reference (mlcommons/training 0badcd1786fcb007725ed05f1c44e9d80
 maskrcnn_benchmark/; paths below are under it):
 - training images: those with at least one annotation whose box is wider and taller than 1 pixel, crowd ones
   included (data/datasets/coco.py has_valid_annotation, remove_images_without_annotations); their crowd objects
-  are then dropped (COCODataset.__getitem__ keeps iscrowd == 0), so an image may train with no object at all;
+  are then dropped (COCODataset.__getitem__ keeps iscrowd == 0);
 - boxes in the reference's pixel convention: COCO [x, y, w, h] -> (x, y, x + w - 1, y + h - 1) (BoxList.convert,
   TO_REMOVE = 1), clipped to [0, W - 1] x [0, H - 1] and dropped unless x2 > x1 and y2 > y1 (clip_to_image);
 - resize (data/transforms/transforms.py Resize.get_size): the short side to 800 unless the long side would pass 1333,
   then the short side to round(1333 x short / long); the other side int(size x long / short); boxes scaled by the
-  two ratios (BoxList.resize);
+  two ratios (BoxList.resize); pixels by PIL's bilinear resize (Resize calls torchvision F.resize on a PIL image;
+  resize_like_pil);
 - training flip with p 0.5 (RandomHorizontalFlip): x1' = W - x2 - 1, x2' = W - x1 - 1 (BoxList.transpose) and the
   polygons x' = W - x - 1 (Polygons.transpose);
 - evaluation: every val2017 image (the test dataset keeps images without annotations), resized alike, no flip;
@@ -34,13 +35,14 @@ Differences, on purpose:
   per image; these cost 100 x 64 x 64 (410 KB). A box-local mask does not depend on the resize, and the flip
   mirrors it (the flipped polygon in the flipped box is the mirror image). Non-crowd RLE segmentations (none in
   COCO 2017) are decoded at image size and sampled at the raster's cell centres.
-- The epoch: every trainable image of a worker once, in a seeded shuffled order (file order, then a shuffle buffer),
-  grouped by orientation as the images come (tf.data group_by_window); a group's last, partial batch is filled with
-  its own images again, and a worker whose grouped epoch is shorter than steps_per_epoch repeats its first batches.
-  The reference's GroupedBatchSampler ends an epoch with smaller batches instead. steps_per_epoch is
-  ceil(images / global batch) + 1: the two groups' partial batches may need one batch more than the images fill.
-- Resizing is TF1 bilinear without antialiasing (inputs.image.resize), where the reference resizes with PIL
-  (bilinear, antialiased when shrinking), as in the SSD pipeline.
+- A pass (train_dataset): every trainable image of a worker once, in a seeded shuffled order (file order, then a
+  shuffle buffer), grouped by orientation as the images come (tf.data group_by_window); a group's last, partial
+  batch is filled with its own images again, where the reference's GroupedBatchSampler ends a pass with smaller
+  batches. As the reference's IterationBasedBatchSampler, passes follow each other and an epoch (the iterations
+  between two evaluations, epoch_size // global batch + 1) need not end with one (stream_position): a pass may be
+  one batch longer or shorter than an epoch.
+- An image whose objects are all crowds trains here with no object; the reference's Matcher raises ValueError("No
+  ground-truth boxes available for one of the images during training") on it (modeling/matcher.py).
 - "Wider and taller than 1 pixel" is checked on the stored boxes (clipped to the image) where the reference checks
   the annotation's [w, h] before clipping.
 
@@ -158,9 +160,23 @@ def _pad_image(pixels, group, min_size, max_size):
     return tf.stack([tf.pad(pixels[..., c], paddings, constant_values=PAD_RGB[c]) for c in range(3)], axis=-1)
 
 
+def resize_like_pil(pixels, height, width):
+    """PIL's Image.resize(BILINEAR), which the reference's Resize calls (torchvision F.resize of a PIL image):
+    half-pixel centres, and when shrinking a triangle filter widened by the scale. tf.image.resize's bilinear
+    kernel does both (antialias=True); TF1's legacy resize (inputs.image.resize) samples at i x in / out and puts
+    the content about 0.33 px up and left of the scaled boxes at COCO's 640 -> 1066. The antialias kernel costs
+    about twice the plain one and equals it when enlarging (every COCO image: none is over 640 px), so it runs only
+    when a side shrinks. float32 out."""
+    shape = tf.shape(pixels)
+    shrinks = tf.logical_or(height < shape[0], width < shape[1])
+    size = tf.stack([height, width])
+    return tf.cond(shrinks, lambda: tf.image.resize(pixels, size, method="bilinear", antialias=True),
+                   lambda: tf.image.resize(pixels, size, method="bilinear"))
+
+
 def _decode_resized(example, min_size, max_size):
     new_h, new_w = resized_size(example["height"], example["width"], min_size, max_size)
-    pixels = image.to_uint8(image.resize(tf.image.decode_jpeg(example["jpeg"], channels=3), new_h, new_w))
+    pixels = image.to_uint8(resize_like_pil(tf.image.decode_jpeg(example["jpeg"], channels=3), new_h, new_w))
     return pixels, new_h, new_w
 
 
@@ -240,16 +256,34 @@ def grouped_batches_needed(groups: tuple[int, int], batch_size: int) -> int:
     return sum(math.ceil(n / batch_size) for n in groups)
 
 
-def check_epoch_fits(groups: tuple[int, int], batch_size: int, num_batches: int, paths) -> None:
+def check_epoch_fits(groups: tuple[int, int], batch_size: int, num_batches: int, paths,
+                     limit: str | None = None) -> None:
+    """DataError unless the worker has a trainable image and its grouped batches number at most num_batches
+    (limit: how the message names that bound)."""
     if sum(groups) == 0:
         raise DataError(f"no trainable image in {list(paths)[:3]}... (Mask R-CNN trains on images with an object "
                         f"wider and taller than 1 pixel)")
     needed = grouped_batches_needed(groups, batch_size)
     if needed > num_batches:
         raise DataError(f"this worker's record files hold {groups[0]} landscape and {groups[1]} portrait trainable "
-                        f"images: {needed} batches of {batch_size}, more than its {num_batches} per epoch; the train "
-                        f"shards are unbalanced over the workers (prepare the data with a number of train shards "
-                        f"that is a multiple of the worker count, or use fewer workers)")
+                        f"images: {needed} batches of {batch_size}, more than {limit or f'its {num_batches} per epoch'}"
+                        f"; the train shards are unbalanced over the workers (prepare the data with a number of "
+                        f"train shards that is a multiple of the worker count, or use fewer workers)")
+
+
+def check_pass_fits(groups: tuple[int, int], batch_size: int, steps_per_epoch: int, paths) -> None:
+    """A worker's pass over its images may outlast an epoch by the one batch that the two orientation groups' last,
+    partial batches can add to the reference's epoch_size // batch + 1; a longer pass means this worker holds more
+    than its share of the images (DataError)."""
+    check_epoch_fits(groups, batch_size, steps_per_epoch + 1, paths,
+                     limit=f"the {steps_per_epoch} of an epoch by more than one")
+
+
+def stream_position(batch: int, pass_batches: int) -> tuple[int, int]:
+    """(data pass, batches into it) of the `batch`-th batch of a worker's training stream: passes of pass_batches
+    batches each, back to back, as IterationBasedBatchSampler re-runs the grouped batch sampler (data/samplers/
+    iteration_based_batch_sampler.py at 0badcd17); epoch k starts at batch k x steps_per_epoch."""
+    return divmod(int(batch), int(pass_batches))
 
 
 def train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
@@ -311,6 +345,6 @@ def eval_dataset(paths: list[str], *, batch_size: int, min_size: int = MIN_SIZE,
 
 
 __all__ = ["LANDSCAPE", "MASK_RESOLUTION", "MAX_SIZE", "MIN_SIZE", "PAD_RGB", "PORTRAIT", "box_masks",
-           "check_epoch_fits", "count_groups", "eval_dataset", "grouped_batches_needed", "orientation",
-           "padded_shape", "parse_instances", "reference_boxes", "resized_size", "train_dataset", "train_example",
-           "trainable"]
+           "check_epoch_fits", "check_pass_fits", "count_groups", "eval_dataset", "grouped_batches_needed",
+           "orientation", "padded_shape", "parse_instances", "reference_boxes", "resize_like_pil", "resized_size",
+           "stream_position", "train_dataset", "train_example", "trainable"]

@@ -16,7 +16,7 @@ passed its mAP bar in 4 of 6 runs with Keras' statistics and in 1 of 14 with one
 the same loss curves and statistics that agreed to 1e-6. No cause was found, so SSD is not switched; ResNet-50's
 reductions are all large (12,544 to 802,816 values per channel at batch 256) and it has no such test here.
 
-Measured (benchmarks/norm_variants.py, one H200, JAX, bf16, ResNet-50 batch 256, 2026-11-29): Keras' statistics
+Measured (benchmarks/experiments/norm_variants.py, one H200, JAX, bf16, ResNet-50 batch 256, 2026-11-29): Keras' statistics
 6,573 images/s, one-pass 7,201, torchvision + torch.compile 6,815 in the same call. That was the unshifted one-pass
 version on every layer; the shift (one small reduction over the first example and a subtraction inside the fused
 reduction) and the two-pass small maps were added afterwards and were not re-measured on the GPU.

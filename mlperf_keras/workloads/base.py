@@ -95,8 +95,9 @@ class Workload(abc.ABC):
     # checks the reporter applies (reporting/rules.CHECKER_RULESET) except where a workload says otherwise.
     default_ruleset: str = "0.5"
 
-    def default_epochs(self, hparams: dict) -> int:
-        """--max_epochs when none is given: default_max_epochs, unless the schedule in hparams ends elsewhere."""
+    def default_epochs(self, hparams: dict, global_batch: int) -> int:
+        """--max_epochs when none is given: default_max_epochs, unless the schedule in hparams (at this global
+        batch) ends elsewhere."""
         return self.default_max_epochs
 
     uses_backbone_weights: bool = False   # takes --backbone_weights (an ImageNet-trained backbone)

@@ -15,10 +15,16 @@ paths below are under maskrcnn_benchmark/):
   (WEIGHT_DECAY_BIAS), biases at 2x the learning rate (BIAS_LR_FACTOR); base LR 0.02 per 16 images
   (SOLVER.BASE_LR at IMS_PER_BATCH 16, scaled linearly: the rules' 0.02 x K); WarmupMultiStepLR with linear warmup
   from 1/3 over 500 iterations (WARMUP_FACTOR, WARMUP_ITERS) and x0.1 at iterations (60,000, 80,000) x 16 / global
-  batch (SOLVER.STEPS; the MLPerf scaling); at most 90,000 x 16 / batch iterations (MAX_ITER), i.e. 13 epochs;
-  the closed division refuses a global batch whose scaled LR the official checker fails (check_closed_learning_rate);
-- evaluation after every epoch (MLPerf's cadence for Mask R-CNN): 1000 proposals per image (num_image_candidates),
-  score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size and thresholded at 0.5,
+  batch (SOLVER.STEPS; the MLPerf scaling); at most 90,000 x 16 / batch iterations (SOLVER.MAX_ITER 90000 in
+  configs/e2e_mask_rcnn_R_50_FPN_1x.yaml): the reference does not evaluate at MAX_ITER, so its last evaluation is
+  the 12th at batch 16 (iteration 87,960), and --max_epochs defaults to that count (max_epochs), one more refused
+  in the closed division; the closed division refuses a global batch whose scaled LR the official checker fails
+  (check_closed_learning_rate);
+- evaluation every epoch_size // batch + 1 iterations (data/build.py make_data_loader's iterations_per_epoch,
+  tools/train_mlperf.py mlperf_test_early_exit: 7,330 at batch 16), the training batches one stream of passes over
+  the data as IterationBasedBatchSampler serves them (inputs.maskrcnn.stream_position); 1000 proposals per image
+  (num_image_candidates), score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size
+  and thresholded at 0.5,
   COCO "bbox" and "segm" AP (metrics.coco.CocoInstanceMetric) of every val image, gathered from every worker and
   scored once; detections are scaled back to the original image (BoxList.resize) and written as
   [x, y, x2 - x + 1, y2 - y + 1] (convert("xywh")), as data/datasets/evaluation/coco/coco_eval.py does; here
@@ -29,9 +35,13 @@ Differences from the reference, on purpose:
 - Static shapes: images padded to one shape per orientation, ground truth to max_gt objects, proposals to a fixed
   count, masks box-local at 64x64 (inputs.maskrcnn and layers.maskrcnn say how each one is still the reference's
   computation, and where the mask targets differ).
-- The epoch (inputs.maskrcnn): steps_per_epoch = ceil(images / global batch) + 1; each orientation group's last
-  batch is filled with its own images again, where the reference ends it with a smaller batch. The reference
-  counts iterations (MAX_ITER), MLPerf counts epochs; the decay steps are iterations as in the reference.
+- A pass over the data (inputs.maskrcnn): each orientation group's last batch is filled with its own images
+  again, where the reference's GroupedBatchSampler ends it with a smaller batch.
+- The data: train2017 and val2017 (instances_*2017.json). The reference's config reads the same images from the
+  2014 split files, DATASETS.TRAIN ("coco_2014_train", "coco_2014_valminusminival") and TEST
+  ("coco_2014_minival",) (configs/e2e_mask_rcnn_R_50_FPN_1x.yaml, config/paths_catalog.py); its README (object_
+  detection/pytorch/README.md) gives the equivalence: "COCO_2017_train = COCO_2014_train + valminusminival,
+  COCO_2017_val = minival".
 - The reference's FPN_POST_NMS_TOP_N_TRAIN 2000 counts proposals per batch of a GPU (2 images at its 8 x 2): here
   1000 per image, which is what MLPerf logs as num_image_candidates.
 - (Not a difference: every batch norm is a fixed affine, so loop.py's averaging of batch-norm statistics before an
@@ -50,13 +60,32 @@ from mlperf_keras.layers import backbone_weights
 from mlperf_keras.workloads.base import (Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData, Workload,
                                          per_worker_eval_batch)
 
-# COCO 2017 as the reference reads it, for --dry_run and --synthetic.
+# COCO 2017's counts (the reference's 2014 train + valminusminival / minival files hold the same images), for
+# --dry_run and --synthetic: 117,266 training images with a usable annotation, 5,000 val images.
 COCO2017 = {"train_images": 117_266, "val_images": 5_000, "num_classes": 81}
 BASE_LEARNING_RATE = 0.02           # per 16 images (SOLVER.BASE_LR at SOLVER.IMS_PER_BATCH 16)
 REFERENCE_BATCH = 16
 MASK_RESOLUTION = 64                # inputs.maskrcnn.MASK_RESOLUTION (no TensorFlow import here)
 # (min_size, max_size) -> padded (height, width) per orientation: inputs.maskrcnn.padded_shape, without TF.
 SIZE_DIVISIBILITY = 32
+
+
+def iterations_per_epoch(images: int, global_batch: int) -> int:
+    """The reference's iters_per_epoch, epoch_size // images_per_batch + 1 (data/build.py make_data_loader at
+    0badcd17): tools/train_mlperf.py evaluates after every that many iterations (mlperf_test_early_exit)."""
+    return images // global_batch + 1
+
+
+def max_iterations(hp: dict, global_batch: int) -> int:
+    """SOLVER.MAX_ITER (90,000 at 16 images, configs/e2e_mask_rcnn_R_50_FPN_1x.yaml at 0badcd17) scaled to the
+    global batch as the decay steps are."""
+    return hp["max_iterations"] * REFERENCE_BATCH // global_batch
+
+
+def max_epochs(hp: dict, global_batch: int) -> int:
+    """Epochs (evaluations) within max_iterations: the reference's data loader stops at MAX_ITER, so a run here never
+    evaluates a model the reference could not have reached (at batch 16: 90,000 // 7,330 = 12)."""
+    return max(1, max_iterations(hp, global_batch) // iterations_per_epoch(hp["train_images"], global_batch))
 
 
 def padded_shape(landscape: bool, min_size: int, max_size: int) -> tuple[int, int]:
@@ -146,8 +175,7 @@ class MaskRCNN(Workload):
     throughput_unit = "images"
     train_flops_per_sample = 1.5e12   # estimate at 800x1333 (MLPERF.md: 1.2-1.7 TFLOP per training image)
     uses_backbone_weights = True
-    # On 2 shared cores: seed 1 reached box 0.32 / mask 0.48 after 9 epochs, seed 2 box 0.33 / mask 0.44 after 12
-    # (about 5 minutes each); seed 1 left running stayed at box 0.4-0.5 / mask 0.5-0.67 from epoch 12 to 23.
+    # Seed 1 reached box 0.35 / mask 0.41 after 10 epochs, seed 2 box 0.32 / mask 0.41 after 12 (README, Demo).
     demo_target = {"bbox": 0.3, "segm": 0.3}
     # A 1-1-1-1 ResNet of width 8 with 32-channel FPN and heads (a shared 2-core CPU trains it at about a second per
     # step of 4 images of 160 x 256; with the reference's 256 channels: 8 s), 160-pixel images, the reference's LR
@@ -203,8 +231,10 @@ class MaskRCNN(Workload):
         return {"num_classes": counts["num_classes"] + 1, "train_images": counts["train_images_annotated"],
                 "val_images": counts["val_images"]}
 
-    def default_epochs(self, hparams: dict) -> int:
-        return max(1, math.ceil(hparams["max_iterations"] * REFERENCE_BATCH / hparams["train_images"]))
+    def default_epochs(self, hparams: dict, global_batch: int) -> int:
+        """The evaluations the reference makes before MAX_ITER ends it (it does not evaluate at MAX_ITER itself):
+        12 at batch 16, the last at iteration 87,960 (max_epochs)."""
+        return max_epochs(hparams, global_batch)
 
     def default_global_batch(self, hparams, num_workers, per_worker_preset):
         return per_worker_preset * num_workers if per_worker_preset else hparams["batch_size"]
@@ -245,6 +275,14 @@ class MaskRCNN(Workload):
                               f"1 (paste the eval masks in the worker itself) or more processes")
         if config.closed_division:
             check_closed_learning_rate(config, self.name)
+            cap = max_epochs(hp, config.global_batch_size)
+            if config.max_epochs > cap:
+                raise ConfigError(
+                    f"--max_epochs={config.max_epochs}: the reference stops at MAX_ITER "
+                    f"{max_iterations(hp, config.global_batch_size)} iterations at global batch "
+                    f"{config.global_batch_size} ({hp['max_iterations']} x {REFERENCE_BATCH} / batch), so a closed "
+                    f"run evaluates at most {cap} times ({self.steps_per_epoch(config, manifest)} iterations each); "
+                    f"pass --max_epochs={cap} or less, or --division=open")
         if manifest is not None and not config.demo and config.backbone_weights is None:
             raise ConfigError("--model=maskrcnn on real data needs --backbone_weights: the reference starts from "
                               "Detectron's ImageNet-trained R-50 (convert R-50.pkl with python -m "
@@ -291,7 +329,7 @@ class MaskRCNN(Workload):
 
     def steps_per_epoch(self, config, manifest):
         images = manifest["counts"]["train_images_annotated"] if manifest else config.hparams["train_images"]
-        return math.ceil(images / config.global_batch_size) + 1
+        return iterations_per_epoch(images, config.global_batch_size)
 
     def train_data(self, config, dist, manifest):
         from mlperf_keras.inputs import records
@@ -380,25 +418,42 @@ def instance_results(outputs: dict, index: int, image_id: int, image_size, heigh
 
 
 class _CocoTrainData(TrainData):
+    """One worker's batches as the reference's IterationBasedBatchSampler serves them: passes over the data (each
+    trainable image once, grouped by orientation) back to back, cut into epochs of steps_per_epoch iterations; a
+    pass and an epoch need not end together (inputs.maskrcnn.stream_position)."""
+
     def __init__(self, config, dist, paths, steps):
         from mlperf_keras.inputs import maskrcnn
 
         self.config, self.rank, self.paths, self.steps_per_epoch = config, dist.rank, paths, steps
-        # This worker's trainable images per orientation, counted once (one read of its files): every epoch serves
-        # each of them once and fails up front when its grouped batches do not fit in an epoch.
+        # This worker's trainable images per orientation, counted once (one read of its files).
         self.groups = maskrcnn.count_groups(paths)
-        maskrcnn.check_epoch_fits(self.groups, config.per_worker_batch_size, steps, paths)
+        maskrcnn.check_pass_fits(self.groups, config.per_worker_batch_size, steps, paths)
+        self.pass_batches = maskrcnn.grouped_batches_needed(self.groups, config.per_worker_batch_size)
         self.samples_per_epoch = int(dist.sum_across_workers([float(sum(self.groups))])[0])
+        self._stream, self._next_epoch = None, None
 
     def batches(self, epoch):
+        import itertools
+
+        if self._stream is None or epoch != self._next_epoch:   # the first epoch, or a resumed run's
+            self._stream = self._passes(epoch * self.steps_per_epoch)
+        self._next_epoch = epoch + 1
+        return itertools.islice(self._stream, self.steps_per_epoch)
+
+    def _passes(self, first_batch: int):
         from mlperf_keras.inputs import maskrcnn, records
 
         hp = self.config.hparams
-        return records.backend_batches(maskrcnn.train_dataset(
-            self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
-            batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
-            shuffle_buffer=hp["shuffle_buffer"], min_size=hp["min_size"], max_size=hp["max_size"],
-            max_gt=hp["max_gt"], groups=self.groups))
+        data_pass, skip = maskrcnn.stream_position(first_batch, self.pass_batches)
+        while True:
+            dataset = maskrcnn.train_dataset(
+                self.paths, seed=self.config.seed, epoch=data_pass, rank=self.rank,
+                batch_size=self.config.per_worker_batch_size, num_batches=self.pass_batches,
+                shuffle_buffer=hp["shuffle_buffer"], min_size=hp["min_size"], max_size=hp["max_size"],
+                max_gt=hp["max_gt"])
+            yield from records.backend_batches(dataset.skip(skip))
+            data_pass, skip = data_pass + 1, 0
 
 
 def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:

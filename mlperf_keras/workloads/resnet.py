@@ -87,7 +87,7 @@ class ResNet50(Workload):
     # mlperf-logging has no v0.5 checker; --ruleset=0.5 still runs the v0.5 reference.
     default_ruleset = "0.7"
 
-    def default_epochs(self, hparams):
+    def default_epochs(self, hparams, global_batch):
         # The polynomial schedule ends at train_epochs (the reference stops there); the step schedule runs 90.
         return hparams["train_epochs"] if hparams["lr_schedule"] == "poly" else self.default_max_epochs
     demo_target = 0.6

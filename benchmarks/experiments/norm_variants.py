@@ -1,7 +1,7 @@
 """Experiment: how much do the normalization layers' statistics cost? The same benchmark with Keras' statistics or
 one-pass ones.
 
-    KERAS_BACKEND=jax python benchmarks/norm_variants.py [--batch_norm=ours|keras] [--layer_norm=keras|one_pass] \
+    KERAS_BACKEND=jax python benchmarks/experiments/norm_variants.py [--batch_norm=ours|keras] [--layer_norm=keras|one_pass] \
         -- <python -m mlperf_keras.benchmark flags>
 
 Keras computes normalization statistics as jnp.mean and then jnp.var of a float32 copy: the variance re-reads the
@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def one_pass_moments(x, axes, keepdims=False, synchronized=False):

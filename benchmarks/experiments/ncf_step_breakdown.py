@@ -1,6 +1,6 @@
 """Where an NCF training step's time goes on the JAX backend (run on a GPU):
 
-    KERAS_BACKEND=jax python benchmarks/ncf_step_breakdown.py [--batch_size=1048576] [--precision=bf16]
+    KERAS_BACKEND=jax python benchmarks/experiments/ncf_step_breakdown.py [--batch_size=1048576] [--precision=bf16]
 
 Times, back to back with one wait at the end: the forward pass, forward+backward (gradients only), and the full
 step with Adam and with plain SGD, each jitted on its own. The gaps say whether the embedding-gradient scatter or
@@ -13,9 +13,10 @@ import os
 import sys
 import types
 
-import jax_timing
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCHMARKS), _BENCHMARKS]
+import jax_timing  # noqa: E402
 
 
 def timed(fn, args) -> float:

@@ -1,6 +1,6 @@
 """Experiment: where does the Transformer's step time go on JAX? The same benchmark with one part swapped.
 
-    KERAS_BACKEND=jax python benchmarks/transformer_variants.py [--dropout=shipped|keras|rbg|hash|off] \
+    KERAS_BACKEND=jax python benchmarks/experiments/transformer_variants.py [--dropout=shipped|keras|rbg|hash|off] \
         [--attention=shipped|bf16_logits|f32_accumulate|cudnn] [--fused_projections] [--loss=shipped|logsumexp] \
         -- <python -m mlperf_keras.benchmark flags>
 
@@ -26,7 +26,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def force_generator(generator: str):

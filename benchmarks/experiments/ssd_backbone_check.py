@@ -1,6 +1,6 @@
 """Check our SSD300-ResNet34 against PyTorch: the converted backbone numerically, the whole model's size and outputs.
 
-    python benchmarks/ssd_backbone_check.py [--backend=jax|tensorflow] [--seed=0]
+    python benchmarks/experiments/ssd_backbone_check.py [--backend=jax|tensorflow] [--seed=0]
 
 Needs torch and torchvision (plus our package and the chosen Keras backend); no download: torchvision's resnet34 is
 built with random weights and random batch-norm statistics (so an unconverted or mis-mapped tensor shows), and:
@@ -23,7 +23,7 @@ import os
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def plain_resnet34():

@@ -1,0 +1,767 @@
+"""Time-to-train from a short run: the estimator's maths (pure: no TensorFlow, no flags).
+
+A prediction is made of parts, each measured or assumed (and said so):
+  time = first training + (epochs - first epochs) x steady epoch + evaluations x evaluation cost
+- the *short run*: what a log shows up to its first eval_accuracy (or what a benchmark measured): the training
+  up to the first evaluation (start-up, compilation and warm-up inside it), its evaluation's cost (or latency,
+  when evaluation runs beside training), the steady epoch time where an epoch after the first one is timed;
+  otherwise the steady time comes from the first training less a warm-up seen on other runs of the same
+  software (or by a SteadyModel fitted on them);
+- the *epochs to converge*: from a table of other runs' epochs (published logs read by the reporter, or a
+  user's own runs), interpolated in global batch between the nearest runs below and above (as mlperf_logging's
+  RCP checker interpolates its RCP means, linearly in batch size: rcp_checker.RCP_Checker._create_interp_rcp);
+  from mlperf-logging's reference convergence points (RCPs); or, for ResNet, scaled from the length of the
+  learning-rate schedule the log states; the run stops at the first of its own evaluations after that point.
+
+The naive estimator (for comparison) is time per epoch up to the first evaluation times the median epochs of
+the other submissions at a global batch within 1.5x.
+"""
+
+import collections
+import json
+import dataclasses
+import math
+import os
+import statistics
+from typing import List, Optional
+
+from mlperf_keras.reporting import rules
+from mlperf_keras.reporting.score import olympic_mean
+
+# The naive estimator's neighbourhood: other submissions at a global batch within this factor.
+NAIVE_BATCH_FACTOR = 1.5
+BAND = (0.10, 0.90)
+
+
+@dataclasses.dataclass
+class ShortRun:
+    """What a run shows up to its first evaluation; times in seconds from run_start."""
+    first_eval_s: float                  # run_start .. first eval_accuracy
+    first_eval_epochs: float             # epochs trained when the first evaluation ran (counted from 1)
+    overhead_s: float = 0.0              # run_start .. first training event
+    train_end_s: Optional[float] = None  # run_start .. the end of that training (eval_start; else eval_accuracy)
+    eval_s: float = 0.0                  # train end .. eval_accuracy: one evaluation's cost (its latency if async)
+    eval_overlaps: bool = False          # the next epoch trained while the evaluation ran (asynchronous)
+    steady_epoch_s: Optional[float] = None   # median training-only epoch time after the first, where timed
+    later_eval_s: Optional[float] = None     # median cost of the evaluations after the first (a whole short log)
+
+    def __post_init__(self):
+        if self.train_end_s is None:
+            self.train_end_s = self.first_eval_s
+
+
+@dataclasses.dataclass
+class EpochsEntry:
+    """One submission's (result's) converged runs: its global batch and epochs to converge."""
+    key: tuple                           # score.group_key: (benchmark, system, ruleset)
+    benchmark: str
+    ruleset: Optional[str]
+    batch: float
+    epochs: List[float]
+    source: str = "published"
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _epoch_base(events):
+    """0 or 1: the number of a log's first epoch (min over the numbers it logs)."""
+    numbers = [_number(e.metadata.get("epoch_num")) for e in events if e.key in ("epoch_start", "eval_accuracy")]
+    numbers += [_number(e.metadata.get("first_epoch_num")) for e in events if e.key == "block_start"]
+    numbers = [n for n in numbers if n is not None]
+    return 0 if numbers and min(numbers) < 1 else 1
+
+
+def epochs_at_eval(events, index, base=None):
+    """Epochs trained when events[index] (an eval_accuracy) ran, counted from 1.
+
+    Logs label an evaluation either by the epoch it follows (NVIDIA: 'epoch_num 1' after the first
+    epoch) or, inside a block of epochs, by the block's end (Google's TPU logs: block 0..4, eval
+    'epoch_num 4.0'); an evaluation reported while the next block trains (asynchronous, NVIDIA's Mask
+    R-CNN) keeps its own epoch number.
+    """
+    base = _epoch_base(events) if base is None else base
+    epoch = _number(events[index].metadata.get("epoch_num"))
+    if epoch is None:
+        return None
+    for event in reversed(events[:index]):
+        if event.key == "block_start":
+            first = _number(event.metadata.get("first_epoch_num"))
+            count = _number(event.metadata.get("epoch_count")) or 1
+            if first is not None and abs(epoch - (first + count)) < 1e-6:
+                return float(epoch - base)
+            break
+    return float(epoch - base + 1)
+
+
+def _evaluations(events, run_start_ms, run_stop_ms=None):
+    """[(index of the eval_accuracy, end of the training before it in ms, asynchronous)] in run order.
+
+    The training before an evaluation ends at its eval_start (logs without eval_start: at the eval_accuracy, the
+    evaluation's cost then counted as training), or earlier where a later epoch's training had already started
+    (Google's v0.6 TPU Transformer starts block 2, then evaluates epoch 1). An evaluation during which training
+    went on ran asynchronously (NVIDIA's Mask R-CNN): its cost is not added to the run, only the last one's latency.
+    """
+    base = _epoch_base(events)
+    found, eval_start, trained, later_starts = [], None, False, []
+    for index, event in enumerate(events):
+        if event.time_ms < run_start_ms:
+            continue
+        if run_stop_ms is not None and event.time_ms > run_stop_ms:
+            break
+        if event.key == "eval_start":
+            eval_start, trained = event.time_ms, False
+        elif event.key in ("block_start", "epoch_start"):
+            number = _number(event.metadata.get("first_epoch_num" if event.key == "block_start" else "epoch_num"))
+            if number is not None:
+                later_starts.append((event.time_ms, number - base + 1))
+            if eval_start is not None:
+                trained = True
+        elif event.key == "eval_accuracy":
+            end = eval_start if eval_start is not None else event.time_ms
+            epochs = epochs_at_eval(events, index, base)
+            moved_on = [t for t, first in later_starts if epochs is not None and first > epochs and t < end]
+            if moved_on and (not found or min(moved_on) > found[-1][1]):
+                end, trained = min(moved_on), True
+            found.append((index, end, trained))
+            eval_start, later_starts = None, []
+    return found
+
+
+def short_run(events, run_start_ms, whole=False):
+    """The ShortRun of one log (its events up to the first eval_accuracy); None if it never evaluated.
+
+    whole: the log is itself a short run (stopped after a few epochs): time the steady epochs over all of it."""
+    evaluations = _evaluations(events, run_start_ms)
+    if not evaluations:
+        return None
+    index, train_end_ms, overlaps = evaluations[0]
+    epochs = epochs_at_eval(events, index, _epoch_base(events))
+    if not epochs or epochs <= 0:
+        return None
+    seen = [e for e in events[:index + 1] if e.time_ms >= run_start_ms]
+    eval_ms = events[index].time_ms
+    starts = [e.time_ms for e in seen if e.key in ("block_start", "epoch_start")]
+    first_train = min(starts) if starts else run_start_ms
+    result = ShortRun(first_eval_s=(eval_ms - run_start_ms) / 1000.0, first_eval_epochs=epochs,
+                      overhead_s=(first_train - run_start_ms) / 1000.0,
+                      train_end_s=(train_end_ms - run_start_ms) / 1000.0, eval_s=(eval_ms - train_end_ms) / 1000.0,
+                      eval_overlaps=overlaps)
+    # Epochs timed after the first, before the evaluation: the steady rate without the first epoch's warm-up.
+    open_epochs, durations = {}, []
+    timed_until = float("inf") if whole else train_end_ms
+    for event in (events if whole else seen):
+        number = event.metadata.get("epoch_num")
+        if event.time_ms < run_start_ms:
+            continue
+        if event.key == "epoch_start":
+            open_epochs[number] = event.time_ms
+        elif event.key == "epoch_stop" and number in open_epochs and event.time_ms <= timed_until:
+            durations.append((event.time_ms - open_epochs.pop(number)) / 1000.0)
+    if len(durations) >= 2:
+        result.steady_epoch_s = statistics.median(durations[1:])
+    if whole:
+        # The first evaluation compiles; the later ones are what each further evaluation costs.
+        later = [(events[i].time_ms - end) / 1000.0 for i, end, overlaps in evaluations[1:] if not overlaps]
+        if later:
+            result.later_eval_s = statistics.median(later)
+    return result
+
+
+def full_run(events, run_start_ms, run_stop_ms):
+    """What a whole run shows: {"epochs": at its last evaluation, "schedule": epochs at each evaluation,
+    "steady_epoch_s": training-only seconds per epoch from the first evaluation to the last (None under 2)}."""
+    evaluations = _evaluations(events, run_start_ms, run_stop_ms)
+    base = _epoch_base(events)
+    schedule = [epochs_at_eval(events, index, base) for index, _, _ in evaluations]
+    result = {"epochs": schedule[-1] if schedule else None, "schedule": schedule, "steady_epoch_s": None}
+    if len(evaluations) >= 2 and None not in schedule and schedule[-1] > schedule[0]:
+        evaluating_s = sum((events[index].time_ms - end) / 1000.0 for index, end, overlaps in evaluations[:-1]
+                           if not overlaps)
+        training_s = (evaluations[-1][1] - evaluations[0][1]) / 1000.0 - evaluating_s
+        result["steady_epoch_s"] = training_s / (schedule[-1] - schedule[0])
+    return result
+
+
+# -- epochs to converge ----------------------------------------------------------------------------------------
+
+def quantile(values, q):
+    """Linear-interpolation quantile (numpy's default) of a non-empty list."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return float(ordered[0])
+    position = q * (len(ordered) - 1)
+    low = int(math.floor(position))
+    high = min(low + 1, len(ordered) - 1)
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (position - low))
+
+
+def candidates(table, benchmark, ruleset, exclude=None):
+    """Table entries of this benchmark and round, without the excluded submission (leave-one-out)."""
+    short = rules.short_ruleset(ruleset)
+    return [e for e in table if e.benchmark == benchmark and rules.short_ruleset(e.ruleset) == short
+            and e.key != exclude and e.epochs]
+
+
+def naive_epochs(table, benchmark, ruleset, batch, exclude=None):
+    """Median epochs of the other submissions' runs at a global batch within NAIVE_BATCH_FACTOR; None if none."""
+    near = [e for e in candidates(table, benchmark, ruleset, exclude)
+            if batch / NAIVE_BATCH_FACTOR <= e.batch <= batch * NAIVE_BATCH_FACTOR]
+    if not near:
+        return None
+    return statistics.median(statistics.median(e.epochs) for e in near)
+
+
+@dataclasses.dataclass
+class EpochsEstimate:
+    median: float
+    low: float        # BAND[0] quantile
+    high: float       # BAND[1] quantile
+    spread: list      # relative per-run deviations (epochs / median) pooled from the neighbours
+    source: str
+
+
+def interpolated_epochs(entries, batch, source):
+    """Epochs at `batch` from the entries just below and above it in global batch, linearly in batch
+    (rcp_checker's _create_interp_rcp), each entry's median; outside the range, the nearest entry's.
+    The band pools the neighbours' runs relative to their medians."""
+    by_batch = collections.defaultdict(list)
+    for entry in entries:
+        by_batch[entry.batch].append(entry)
+    batches = sorted(by_batch)
+    if not batches:
+        return None
+
+    def at(b):
+        return statistics.median(statistics.median(e.epochs) for e in by_batch[b])
+
+    below = [b for b in batches if b <= batch]
+    above = [b for b in batches if b >= batch]
+    if below and above:
+        low_b, high_b = below[-1], above[0]
+        if low_b == high_b:
+            median, used = at(low_b), [low_b]
+        else:
+            weight = (batch - low_b) / (high_b - low_b)
+            median, used = at(low_b) + weight * (at(high_b) - at(low_b)), [low_b, high_b]
+    else:
+        nearest = below[-1] if below else above[0]
+        median, used = at(nearest), [nearest]
+    spread = [epochs / statistics.median(e.epochs) for b in used for e in by_batch[b] for epochs in e.epochs]
+    return EpochsEstimate(median, median * quantile(spread, BAND[0]), median * quantile(spread, BAND[1]), spread,
+                          f"{source}: global batch {', '.join(f'{b:g}' for b in used)}"
+                          f" ({sum(len(by_batch[b]) for b in used)} submissions)")
+
+
+def epochs_estimate(table, benchmark, ruleset, batch, exclude=None):
+    entries = candidates(table, benchmark, ruleset, exclude)
+    if not entries:
+        return None
+    return interpolated_epochs(entries, batch, "published runs" if entries[0].source == "published"
+                               else entries[0].source)
+
+
+def rcp_epochs(benchmark, batch, rcp_ruleset="1.0.0"):
+    """EpochsEstimate from mlperf-logging's RCPs (training_<ruleset>/rcps_<benchmark>.json), None if none.
+
+    Between two RCP batch sizes the mean is interpolated as rcp_checker.RCP_Checker._create_interp_rcp
+    does (numpy.interp of the olympic RCP means); the band is the mean +- 1.28 of the interpolated stdev
+    (10-90% of a normal).
+    """
+    name = {"maskrcnn": "maskrcnn", "resnet": "resnet", "ssd": "ssd"}.get(benchmark)
+    if name is None:
+        return None
+    import mlperf_logging
+
+    path = os.path.join(os.path.dirname(mlperf_logging.__file__), "rcp_checker", f"training_{rcp_ruleset}",
+                        f"rcps_{name}.json")
+    if not os.path.exists(path):
+        return None
+    from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
+
+    checker = RCP_Checker("training", rcp_ruleset, name, verbose=False)
+    exact = checker._find_rcp(batch, "full_rcps")
+    if exact is not None:
+        mean, stdev, how = exact["RCP Mean"], exact["RCP Stdev"], f"RCP at global batch {batch:g}"
+    else:
+        low = checker._find_top_min_rcp(batch, "full_rcps")
+        high = checker._find_bottom_max_rcp(batch, "full_rcps")
+        if low is None or high is None:
+            nearest = low or high
+            mean, stdev = nearest["RCP Mean"], nearest["RCP Stdev"]
+            how = f"nearest RCP (global batch {nearest['BS']:g}; {batch:g} is outside the RCPs)"
+        else:
+            _, record = checker._create_interp_rcp(batch, low, high)
+            mean, stdev = record["RCP Mean"], record["RCP Stdev"]
+            how = f"RCP interpolated between global batch {low['BS']:g} and {high['BS']:g}"
+    z = 1.2815515655446004
+    spread = [1 + z * stdev / mean * k for k in (-1, 1)]
+    return EpochsEstimate(float(mean), float(mean - z * stdev), float(mean + z * stdev), spread,
+                          f"mlperf-logging {rcp_ruleset} {how}")
+
+
+def logged_hyperparameters(events, until_ms):
+    """{key: first value} of the events logged up to until_ms (hyperparameters come before run_start)."""
+    found = {}
+    for event in events:
+        if event.time_ms > until_ms:
+            break
+        found.setdefault(event.key, event.value)
+    return found
+
+
+# Above this, ResNet's logged decay_steps count optimizer steps (Google's, SIAT's logs: 1,133 to 22,530); at or below,
+# epochs (NVIDIA's MXNet logs: 37 to 59). In training_results_v0.6/v0.7 the two groups do not overlap.
+_DECAY_STEPS_ARE_STEPS = 200
+
+
+def schedule_epochs(benchmark, hyperparameters, batch):
+    """Epochs the learning-rate schedule a log states runs for (ResNet: warm-up + poly decay), None if not stated.
+
+    Submitters tune ResNet's schedule to end where it converges, so this length predicts its epochs better than the
+    global batch does (benchmarks/RESULTS.md). NVIDIA's decay_steps (epochs) include the warm-up; step counts
+    (Google's) do not: epochs = warm-up + steps x batch / 1,281,167.
+    """
+    if benchmark != "resnet" or not batch:
+        return None
+    optimizer = str(hyperparameters.get("opt_name", "")).lower()
+    prefix = "sgd_opt" if optimizer == "sgd" else "lars_opt"
+    decay = _number(hyperparameters.get(f"{prefix}_learning_rate_decay_steps"))
+    warmup = _number(hyperparameters.get(f"{prefix}_learning_rate_warmup_epochs",
+                                         hyperparameters.get("opt_learning_rate_warmup_epochs")))
+    if decay is None or decay <= 0:
+        return None
+    if decay <= _DECAY_STEPS_ARE_STEPS:
+        return float(decay)
+    return float(warmup or 0) + decay * batch / rules.TRAIN_SAMPLES["resnet"]
+
+
+def schedule_scaled_epochs(entries, schedule, source):
+    """Epochs at a run whose schedule is `schedule` epochs long: the median ratio (convergence point / schedule)
+    of the entries that state a schedule; the band from their ratios' spread. None with fewer than two."""
+    ratios = [statistics.median(e.epochs) / e.schedule for e in entries if getattr(e, "schedule", None)]
+    if len(ratios) < 2:
+        return None
+    ratio = statistics.median(ratios)
+    spread = [r / ratio for r in ratios]
+    return EpochsEstimate(ratio * schedule, ratio * schedule * quantile(spread, BAND[0]),
+                          ratio * schedule * quantile(spread, BAND[1]), spread,
+                          f"{source}: {ratio:.3f} x the {schedule:.1f}-epoch learning-rate schedule "
+                          f"({len(ratios)} submissions)")
+
+
+# -- time --------------------------------------------------------------------------------------------------------
+
+def naive_time(short, epochs):
+    """Naive seconds: time per epoch up to the first evaluation x epochs."""
+    return short.first_eval_s / short.first_eval_epochs * epochs
+
+
+def eval_period(schedule):
+    """Median epochs between a run's evaluations; None with fewer than two."""
+    steps = [b - a for a, b in zip(schedule, schedule[1:]) if b > a]
+    return statistics.median(steps) if steps else None
+
+
+def warmup_s(short, steady_epoch_s):
+    """Seconds of the first evaluation's training not explained by steady training: start-up inside run_start,
+    compilation, warm-up."""
+    return short.train_end_s - short.first_eval_epochs * steady_epoch_s
+
+
+def quantize(epochs, first_epochs, period):
+    """The first evaluation of the run's schedule (first_epochs, + period, ...) at or after `epochs`."""
+    if not period or epochs <= first_epochs:
+        return first_epochs
+    return first_epochs + math.ceil((epochs - first_epochs) / period - 1e-9) * period
+
+
+@dataclasses.dataclass
+class Prediction:
+    """Seconds to train, with what it is made of."""
+    seconds: float
+    epochs: float
+    steady_epoch_s: float
+    warmup_s: float
+    eval_s: float
+    steady_source: str
+
+
+def predict_run(short, epochs, warmup, period, steady_model=None):
+    """Seconds for a run whose short run is `short` to converge at `epochs` (a continuous convergence point).
+
+    Training-only seconds per epoch: measured where the short run timed two or more epochs; else from the first
+    evaluation's training (train_end_s / its epochs) by `steady_model` (a SteadyModel fitted on other runs of the
+    same software) where given, else that time less `warmup` seconds (from elsewhere: other runs, or a benchmark's
+    warm-up steps). The run stops at the first of its evaluations (every `period` epochs after the first) at or
+    after `epochs`; every synchronous evaluation costs what the first one did, asynchronous ones only the last
+    one's latency.
+    """
+    first_per_epoch = short.train_end_s / short.first_eval_epochs
+    if short.steady_epoch_s:
+        steady, source = short.steady_epoch_s, "measured: epochs timed after the first"
+    elif steady_model is not None:
+        steady, source = steady_model.steady(first_per_epoch), f"first training by {steady_model}"
+    else:
+        steady = (short.train_end_s - min(warmup or 0.0, 0.9 * short.train_end_s)) / short.first_eval_epochs
+        source = "first training less warm-up"
+    stop = quantize(epochs, short.first_eval_epochs, period)
+    later = stop - short.first_eval_epochs
+    if short.eval_overlaps:
+        evaluating = short.eval_s
+    else:
+        further = later / period if period else 0
+        evaluating = short.eval_s + further * (short.later_eval_s if short.later_eval_s is not None else short.eval_s)
+    seconds = short.train_end_s + later * steady + evaluating
+    return Prediction(seconds, stop, steady, warmup_s(short, steady), short.eval_s, source)
+
+
+@dataclasses.dataclass
+class SteadyModel:
+    """steady seconds per epoch = slope x first-training seconds per epoch - offset, fitted on other runs.
+
+    The offset is the warm-up (compilation, start-up) spread over the first epochs; a slope above 1 is what an
+    asynchronous evaluation takes from the training it overlaps (absent from the first epoch, which no evaluation
+    overlaps). Fitted by least squares on relative residuals, so that small systems (a second per epoch) weigh as
+    much as large ones."""
+    slope: float
+    offset: float
+    points: int
+
+    def steady(self, first_per_epoch):
+        # Never below a tenth of the first epoch: a fit cannot make a run faster than that.
+        return max(self.slope * first_per_epoch - self.offset, 0.1 * first_per_epoch)
+
+    def __str__(self):
+        return f"{self.slope:.3f} x first - {self.offset:.3g} s ({self.points} submissions)"
+
+    @classmethod
+    def fit(cls, pairs):
+        """pairs: [(first-training seconds per epoch, steady seconds per epoch)]; None under two distinct ones."""
+        pairs = [(x, y) for x, y in pairs if x > 0 and y > 0]
+        if len({round(x, 6) for x, _ in pairs}) < 2:
+            return None
+        # Minimise sum(((slope x - offset - y) / y)^2): linear in (slope, offset).
+        a11 = sum((x / y) ** 2 for x, y in pairs)
+        a12 = -sum(x / y ** 2 for x, y in pairs)
+        a22 = sum(1 / y ** 2 for x, y in pairs)
+        b1 = sum(x / y for x, y in pairs)
+        b2 = -sum(1 / y for x, y in pairs)
+        det = a11 * a22 - a12 * a12
+        if abs(det) < 1e-12 * max(a11 * a22, 1e-300):
+            return None
+        return cls((b1 * a22 - a12 * b2) / det, (a11 * b2 - a12 * b1) / det, len(pairs))
+
+
+def olympic(values):
+    """Olympic mean of run times (drop the fastest and the slowest)."""
+    return olympic_mean(values, 0)
+
+
+def error_band(errors):
+    """(low, high) multipliers of a prediction that held the middle 80% of official scores elsewhere: from
+    signed errors e = predicted / actual - 1, actual = predicted / (1 + e)."""
+    if len(errors) < 3:
+        return None
+    # Split-conformal quantiles: with n errors the (n + 1)/n-widened levels hold the stated share of a new one.
+    n = len(errors)
+    high = min(1.0, BAND[1] * (n + 1) / n)
+    low = max(0.0, 1.0 - (1.0 - BAND[0]) * (n + 1) / n)
+    return 1.0 / (1.0 + quantile(errors, high)), 1.0 / (1.0 + quantile(errors, low))
+
+
+# -- the command's estimate -------------------------------------------------------------------------------------
+
+class EstimateError(ValueError):
+    """An input the estimate cannot use (one line for the user)."""
+
+
+# Samples in one epoch, in the benchmark's unit: ImageNet-2012's and COCO-2017's training images (rules.TRAIN_SAMPLES);
+# NCF: MovieLens-20M's 19,861,770 training positives (20,000,263 ratings less one held out for each of 138,493
+# users) with 4 negatives each, the reference's (mlcommons/training recommendation/pytorch/ncf.py, --negative_samples
+# 4). GNMT and Transformer count tokens, whose number per epoch depends on the prepared dataset: --epoch_samples.
+EPOCH_SAMPLES = {**rules.TRAIN_SAMPLES, "ncf": 19861770 * (1 + 4)}
+# Epochs between evaluations (MLPerf's cadence: ResNet every 4, the others every epoch) for the evaluation count.
+EVAL_PERIOD = {"resnet": 4}
+# The 1.0.0 RCPs were made at the v1.0 targets, which for resnet (75.9% top-1), ssd (23.0 mAP) and maskrcnn
+# (0.377/0.339) are v0.7's: a round whose target equals v0.7's may use them.
+RCP_ROUND = "0.7"
+
+
+def read_benchmark(path, model):
+    """The last result for `model` in a JSON or JSON-lines file of mlperf_keras.benchmark (--json_out)."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError as error:
+        raise EstimateError(f"--from_benchmark {path}: {error.strerror or error}") from None
+    results = []
+    try:
+        results = [json.loads(text)]
+    except ValueError:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    results.append(json.loads(line))
+                except ValueError:
+                    raise EstimateError(f"--from_benchmark {path}: line {number} is not JSON") from None
+    ours = [r for r in results if isinstance(r, dict) and r.get("model") == model and r.get("loop_samples_per_s")]
+    if not ours:
+        raise EstimateError(f"--from_benchmark {path}: no mlperf_keras.benchmark result for {model} "
+                            f"(a result has 'model' and 'loop_samples_per_s')")
+    return ours[-1]
+
+
+def read_short_run(path, benchmark):
+    """(ShortRun, logged global batch or None) of a short run's MLLOG file; EstimateError says why not."""
+    from mlperf_keras.reporting.logfiles import read_events
+
+    try:
+        events, _, _ = read_events(path)
+    except OSError as error:
+        raise EstimateError(f"--from_log {path}: {error.strerror or error}") from None
+    events = sorted(events, key=lambda e: e.time_ms)
+    found = logged_hyperparameters(events, float("inf"))
+    logged = str(found.get("submission_benchmark", "")).lower()
+    logged = rules.BENCHMARK_ALIASES.get(logged, logged)
+    if logged and logged != benchmark:
+        raise EstimateError(f"--from_log {path} is a {logged} run, not {benchmark}")
+    starts = [e for e in events if e.key == "run_start"]
+    if not starts:
+        raise EstimateError(f"--from_log {path}: no run_start (not an MLPerf log, or the run never started)")
+    short = short_run(events, starts[0].time_ms, whole=True)
+    if short is None:
+        raise EstimateError(f"--from_log {path}: no evaluation after run_start: run until the first evaluation")
+    return short, _number(found.get("global_batch_size"))
+
+
+def table_from_logs(folders, benchmark, ruleset, source="published runs"):
+    """[EpochsEntry] of the converged runs of `benchmark` at `ruleset` under the folders, one per result."""
+    from mlperf_keras.reporting.logfiles import find_log_files, read_events
+    from mlperf_keras.reporting.parse import parse_logs
+    from mlperf_keras.reporting.score import group_key
+
+    missing = [f for f in folders if not os.path.isdir(f)]
+    if missing:
+        raise EstimateError(f"not a folder: {missing[0]}")
+    files, _, _ = find_log_files(folders)
+    records, _ = parse_logs(files)
+    groups = collections.defaultdict(list)
+    for record in records:
+        if record.benchmark != benchmark or not record.converged:
+            continue
+        if rules.short_ruleset(record.ruleset) != rules.short_ruleset(ruleset):
+            continue
+        # v0.5 logs state no division (the v0.5 results repository holds the closed submissions' logs).
+        if source == "published runs" and str(record.division or "closed").lower() != "closed":
+            continue
+        events, _, _ = read_events(record.path)
+        events.sort(key=lambda e: e.time_ms)
+        batch = record.global_batch_size or _v05_ncf_batch(record, events)
+        epochs = full_run(events, record.run_start_ms, record.run_stop_ms)["epochs"]
+        if epochs and batch:
+            groups[group_key(record)].append((batch, epochs))
+    return [EpochsEntry(key, key[0], key[2], runs[0][0], [e for _, e in runs], source)
+            for key, runs in sorted(groups.items(), key=lambda item: str(item[0]))]
+
+
+def _v05_ncf_batch(record, events):
+    """v0.5 logs name no global_batch_size; NCF's input_batch_size is taken as the global one: NVIDIA's v0.5 NCF
+    (training_results_v0.5 @c71f2e7, v0.5.0/nvidia/submission/code/recommendation/pytorch/ncf.py, lines 312 and
+    360) logs input_batch_size = args.batch_size and splits it over WORLD_SIZE workers; assumed for the other
+    submitters. None for other benchmarks (their v0.5 batch keys differ between submitters)."""
+    if record.log_format != "mlp_v0.5" or record.benchmark != "ncf":
+        return None
+    return _number(next((e.value for e in events if e.key == "input_batch_size"), None))
+
+
+def _part(value, source, unit=""):
+    return {"value": value, "source": source, "unit": unit}
+
+
+def estimate(model, ruleset, batch, gpus, benchmark, own=(), published=(), scaling_efficiency=None,
+             eval_seconds=None, warmup_seconds=None, epoch_samples=None, short=None, short_source=None):
+    """The estimate as a dict: prediction (minutes: median, low, high) or unknown (with why), and its parts.
+
+    benchmark: a mlperf_keras.benchmark result (the training rate); or short: the ShortRun of a short training
+    run's log (short_source names it), which gives the first training, the steady epoch and the evaluation cost.
+    """
+    result = {"model": model, "ruleset": ruleset, "global_batch_size": batch, "gpus": gpus, "estimate": True,
+              "parts": {}, "unknown": []}
+    parts = result["parts"]
+    epochs = None
+    if rules.mlperf_target(model, ruleset) is None:
+        result["unknown"].append(f"{model} is not part of MLPerf v{ruleset} (no quality target)")
+    elif own:
+        epochs = interpolated_epochs(list(own), batch, "your runs")
+    if epochs is None and rules.mlperf_target(model, ruleset) == rules.mlperf_target(model, RCP_ROUND):
+        epochs = rcp_epochs(model, batch)
+    if epochs is None and published:
+        epochs = interpolated_epochs(list(published), batch, f"published v{ruleset} closed-division runs")
+    if epochs is None:
+        has_rcp = model in ("resnet", "ssd", "maskrcnn")
+        why = (f"no RCP for {model} at the v{ruleset} target" if has_rcp else f"mlperf-logging has no RCP for {model}")
+        result["unknown"].append(f"epochs to converge: {why}, and no runs of {model} at v{ruleset} were given "
+                                 f"(--runs, or --published with a training_results_v{ruleset} folder)")
+    else:
+        parts["epochs"] = _part([epochs.median, epochs.low, epochs.high], epochs.source, "epochs (median, 10%, 90%)")
+
+    samples = epoch_samples or EPOCH_SAMPLES.get(model)
+    if short is not None:
+        return _estimate_from_short_run(result, epochs, short, short_source, warmup_seconds)
+    if samples is None:
+        result["unknown"].append(f"epoch size: {model} counts tokens and an epoch's tokens depend on the prepared "
+                                 f"dataset (give --epoch_samples)")
+    else:
+        parts["epoch_samples"] = _part(samples, "--epoch_samples" if epoch_samples else "training-set size")
+
+    rate = None
+    if benchmark is None:
+        result["unknown"].append("training rate: no benchmark or short run (--from_benchmark, --run_benchmark "
+                                 "or --from_log)")
+    else:
+        bench_batch = benchmark.get("global_batch_size")
+        if gpus and (not benchmark.get("accelerators") or str(benchmark.get("accelerator")).lower() == "cpu"):
+            result["unknown"].append(f"training rate: the benchmark ran on {benchmark.get('accelerator') or 'a CPU'}"
+                                     f" without accelerators; {gpus} GPUs need a benchmark on one")
+        if bench_batch and gpus and benchmark.get("accelerators"):
+            per_gpu_then = bench_batch / max(1, benchmark["accelerators"])
+            if abs(per_gpu_then * gpus - batch) > 1e-6:
+                result["unknown"].append(f"training rate: the benchmark ran {per_gpu_then:g} per GPU, the "
+                                         f"estimate needs {batch / gpus:g} (benchmark at that batch)")
+        bench_gpus = max(1, benchmark.get("accelerators") or 1)
+        wanted = gpus or bench_gpus
+        efficiency = 1.0 if scaling_efficiency is None else scaling_efficiency
+        rate = benchmark["loop_samples_per_s"] * wanted / bench_gpus * (efficiency if wanted != bench_gpus else 1.0)
+        parts["rate"] = _part(benchmark["loop_samples_per_s"],
+                              f"measured: mlperf_keras.benchmark on {bench_gpus} x {benchmark.get('accelerator')}, "
+                              f"{benchmark.get('backend')} {benchmark.get('precision')}, synthetic data",
+                              f"{benchmark.get('unit', 'samples')}/s")
+        if wanted != bench_gpus:
+            parts["scaling_efficiency"] = _part(efficiency, "measured (--scaling_efficiency)"
+                                                if scaling_efficiency is not None else "assumed")
+        parts["rate_at_gpus"] = _part(rate, f"rate x {wanted}/{bench_gpus} GPUs x efficiency", parts["rate"]["unit"])
+    parts["eval_seconds"] = _part(eval_seconds or 0.0, "measured (--eval_seconds)" if eval_seconds is not None
+                                  else "assumed (not measured)", "s per evaluation")
+    parts["warmup_seconds"] = _part(warmup_seconds or 0.0, "measured (--warmup_seconds)"
+                                    if warmup_seconds is not None else "assumed (not measured)", "s")
+    parts["init"] = _part(0.0, "outside time-to-train (MLPerf times run_start..run_stop; init precedes it)", "s")
+    if result["unknown"]:
+        result["minutes"] = None
+        return result
+
+    period = EVAL_PERIOD.get(model, 1)
+
+    def minutes(epoch_count):
+        evaluations = math.ceil(epoch_count / period)
+        return ((warmup_seconds or 0.0) + epoch_count * samples / rate + evaluations * (eval_seconds or 0.0)) / 60
+
+    result["minutes"] = {"median": minutes(epochs.median), "low": minutes(epochs.low),
+                         "high": minutes(epochs.high)}
+    result["band_covers"] = "run-to-run spread of epochs to converge only (rate, eval and warm-up as given)"
+    return result
+
+
+def _estimate_from_short_run(result, epochs, short, source, warmup_seconds):
+    """The estimate from a short run's log: predict_run at the epochs' median and band."""
+    parts = result["parts"]
+    period = EVAL_PERIOD.get(result["model"], 1)
+    parts["first_training"] = _part(short.train_end_s, f"measured: {source} up to its first evaluation "
+                                    f"({short.first_eval_epochs:g} epochs)", "s")
+    if short.steady_epoch_s is None:
+        parts["warmup_seconds"] = _part(warmup_seconds or 0.0, "measured (--warmup_seconds)"
+                                        if warmup_seconds is not None else "assumed (not measured: the short run "
+                                        "timed no epoch after the first)", "s")
+    parts["eval_seconds"] = _part(short.eval_s, f"measured: {source}'s first evaluation"
+                                  + (" (beside training: only the last one's latency counts)"
+                                     if short.eval_overlaps else ""), "s")
+    if short.later_eval_s is not None:
+        parts["later_eval_seconds"] = _part(short.later_eval_s, f"measured: {source}'s later evaluations (median)",
+                                            "s per evaluation")
+    parts["init"] = _part(0.0, "outside time-to-train (MLPerf times run_start..run_stop; init precedes it)", "s")
+    if epochs is None:
+        result["minutes"] = None
+        return result
+    predictions = [predict_run(short, e, warmup_seconds or 0.0, period) for e in (epochs.median, epochs.low,
+                                                                                   epochs.high)]
+    parts["steady_epoch"] = _part(predictions[0].steady_epoch_s, predictions[0].steady_source, "s")
+    parts["stop_epochs"] = _part([p.epochs for p in predictions], f"the first evaluation at or after the epochs "
+                                 f"(every {period} epochs after the first)", "epochs (median, 10%, 90%)")
+    result["minutes"] = dict(zip(("median", "low", "high"), (p.seconds / 60 for p in predictions)))
+    result["band_covers"] = "run-to-run spread of epochs to converge only"
+    return result
+
+
+def describe(estimate_):
+    """Lines for the terminal."""
+    name = f"{estimate_['model']} v{estimate_['ruleset']}, global batch {estimate_['global_batch_size']:g}"
+    if estimate_.get("gpus"):
+        name += f", {estimate_['gpus']} GPUs"
+    lines = []
+    if estimate_["minutes"] is None:
+        lines.append(f"{name}: time-to-train unknown")
+        lines += [f"  unknown: {why}" for why in estimate_["unknown"]]
+    else:
+        m = estimate_["minutes"]
+        lines.append(f"{name}: estimated time-to-train {m['median']:.1f} min (10-90%: {m['low']:.1f}-{m['high']:.1f}; "
+                     f"the band is the {estimate_['band_covers']})")
+    for key, part in estimate_["parts"].items():
+        value = part["value"]
+        text = ", ".join(f"{v:.3g}" for v in value) if isinstance(value, list) else _number_text(value)
+        lines.append(f"  {key.replace('_', ' ')} {text} {part['unit']}".rstrip() + f", {part['source']}")
+    return "\n".join(lines)
+
+
+def _number_text(value):
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def markdown_line(estimate_):
+    """One line of report.md."""
+    m = estimate_["minutes"]
+    when = f"{m['median']:.1f} min (10-90%: {m['low']:.1f}-{m['high']:.1f})" if m else \
+        "unknown: " + "; ".join(estimate_["unknown"])
+    rate = estimate_["parts"].get("rate_at_gpus")
+    rate_text = f", {rate['value']:,.0f} {rate['unit']}" if rate else ""
+    epochs = estimate_["parts"].get("epochs")
+    epochs_text = f", {epochs['value'][0]:.1f} epochs ({epochs['source']})" if epochs else ""
+    return (f"- ESTIMATE {estimate_['model']} v{estimate_['ruleset']} batch {estimate_['global_batch_size']:g} on "
+            f"{estimate_.get('gpus') or '?'} GPUs: {when}{rate_text}{epochs_text}")
+
+
+def read_estimates(paths):
+    """The estimates in the JSON files (as the command wrote them); EstimateError names a file that is not one."""
+    found = []
+    for path in paths:
+        try:
+            with open(path) as handle:
+                data = json.load(handle)
+        except (OSError, ValueError) as error:
+            raise EstimateError(f"--estimate {path}: not an estimate JSON ({error})") from None
+        if not isinstance(data, dict) or not data.get("estimate") or "model" not in data:
+            raise EstimateError(f"--estimate {path}: not written by python -m mlperf_keras.estimate")
+        data["path"] = path
+        found.append(data)
+    return found
+
+
+def estimates_markdown(estimates, results=()):
+    """A report.md section: each estimate beside the measured/published scores of the same benchmark."""
+    lines = ["", "## Estimates (predicted, not measured)", "",
+             "| benchmark | round | GPUs | global batch | time-to-train | kind | source |",
+             "|---|---|---:|---:|---|---|---|"]
+    rows = []
+    for e in estimates:
+        m = e.get("minutes")
+        text = f"{m['median']:.2f} min ({m['low']:.2f}-{m['high']:.2f})" if m else "unknown"
+        rows.append((e["model"], str(e["ruleset"]), str(e.get("gpus") or "?"), f"{e['global_batch_size']:g}", text,
+                     "**estimate**", os.path.basename(e["path"])))
+        for result in results:
+            if result.benchmark == e["model"] and result.score_min is not None:
+                batch = result.used[0].global_batch_size if result.used else None
+                rows.append((result.benchmark, str(result.ruleset), str(result.used[0].device_count or "?"),
+                             f"{batch:g}" if batch else "?", f"{result.score_min:.2f} min", "measured",
+                             result.system))
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

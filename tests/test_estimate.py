@@ -1,0 +1,258 @@
+"""The time-to-train estimator: short-run features from MLLOG logs, leave-one-out epochs, RCP interpolation,
+"unknown" answers and the command's one-line errors. Logs are written with mlperf_logging.mllog.MLLogger."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+from mlperf_logging.mllog.mllog import MLLogger
+
+from mlperf_keras.reporting import estimate
+from mlperf_keras.reporting.logfiles import read_events
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write(path, events):
+    """events: [(seconds, key, value, metadata)] written as :::MLLOG lines (times from a fixed epoch)."""
+    logger = logging.getLogger(f"estimate_test_{os.path.basename(path)}")
+    logger.propagate = False
+    handler = logging.FileHandler(path, mode="w")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    mllogger = MLLogger(logger=logger)
+    for seconds, key, value, metadata in events:
+        mllogger.event(key=key, value=value, metadata=metadata, time_ms=1_600_000_000_000 + 1000 * seconds)
+    handler.close()
+    logger.removeHandler(handler)
+    events, bad, log_format = read_events(path)
+    assert not bad and log_format == "mllog"
+    return events
+
+
+def _nvidia_style(tmp_path):
+    """NVIDIA's v0.7 ResNet shape: epochs numbered from 1, an evaluation after epoch 3 (eval_start..eval_stop)."""
+    return _write(tmp_path / "nvidia.txt", [
+        (0, "run_start", None, None),
+        (2, "block_start", None, {"first_epoch_num": 1, "epoch_count": 3}),
+        (2, "epoch_start", None, {"epoch_num": 1}), (72, "epoch_stop", None, {"epoch_num": 1}),
+        (72, "epoch_start", None, {"epoch_num": 2}), (132, "epoch_stop", None, {"epoch_num": 2}),
+        (132, "epoch_start", None, {"epoch_num": 3}), (192, "epoch_stop", None, {"epoch_num": 3}),
+        (192, "eval_start", None, {"epoch_num": 3}), (197, "eval_stop", None, {"epoch_num": 3}),
+        (197, "eval_accuracy", 0.3, {"epoch_num": 3}),
+        (197, "block_stop", None, {"first_epoch_num": 1}),
+        (197, "block_start", None, {"first_epoch_num": 4, "epoch_count": 4}),
+        (437, "eval_accuracy", 0.76, {"epoch_num": 7}),
+        (438, "run_stop", None, {"status": "success"}),
+    ])
+
+
+def test_short_run_separates_overhead_first_epoch_steady_epochs_and_eval(tmp_path):
+    events = _nvidia_style(tmp_path)
+    start = events[0].time_ms
+    short = estimate.short_run(events, start)
+    assert short.first_eval_s == 197 and short.first_eval_epochs == 3
+    assert short.overhead_s == 2 and short.train_end_s == 192
+    assert short.steady_epoch_s == 60          # epochs 2 and 3; epoch 1 (70 s) holds the warm-up
+    assert short.eval_s == 5 and not short.eval_overlaps
+    # Only what came before the first eval_accuracy: the second evaluation (epoch 7) is not seen.
+    whole = estimate.full_run(events, start, events[-1].time_ms)
+    assert whole["epochs"] == 7 and whole["schedule"] == [3, 7]
+    assert whole["steady_epoch_s"] == pytest.approx(240 / 4)   # eval 1 .. eval 2 (no eval_start): 4 epochs
+
+
+def test_block_labelled_evaluations_count_the_epochs_of_the_block(tmp_path):
+    """Google's v0.7 TPU logs: block 0 of 4 epochs, its evaluation labelled 'epoch_num 4.0' (4 epochs trained);
+    NVIDIA's asynchronous Mask R-CNN evaluation of epoch 1 arrives while epoch 2 trains (1 epoch trained)."""
+    google = _write(tmp_path / "google.txt", [
+        (0, "run_start", None, None),
+        (0, "block_start", None, {"first_epoch_num": 0.0, "epoch_count": 4}),
+        (20, "eval_accuracy", 0.03, {"epoch_num": 4.0}),
+        (20, "block_stop", None, {"first_epoch_num": 0.0}),
+        (21, "run_stop", None, {"status": "aborted"}),
+    ])
+    assert estimate.short_run(google, google[0].time_ms).first_eval_epochs == 4
+    asynchronous = _write(tmp_path / "async.txt", [
+        (0, "run_start", None, None),
+        (1, "block_start", None, {"first_epoch_num": 1, "epoch_count": 1}),
+        (300, "block_stop", None, {"first_epoch_num": 1}), (300, "eval_start", None, {"epoch_num": 1}),
+        (300, "block_start", None, {"first_epoch_num": 2, "epoch_count": 1}),
+        (360, "eval_accuracy", {"BBOX": 0.2, "SEGM": 0.2}, {"epoch_num": 1}),
+        (361, "run_stop", None, {"status": "aborted"}),
+    ])
+    short = estimate.short_run(asynchronous, asynchronous[0].time_ms)
+    assert short.first_eval_epochs == 1 and short.eval_overlaps
+    assert short.train_end_s == 300 and short.eval_s == 60     # the latency; training went on meanwhile
+
+
+def test_prediction_adds_steady_epochs_to_the_first_evaluation(tmp_path):
+    events = _nvidia_style(tmp_path)
+    short = estimate.short_run(events, events[0].time_ms)
+    # Evaluations every 4 epochs after epoch 3; convergence point 6.2 -> the run stops at the evaluation after 7:
+    # the first evaluation's training (192 s), 4 steady epochs of 60 s, two evaluations of 5 s.
+    prediction = estimate.predict_run(short, 6.2, warmup=None, period=4)
+    assert prediction.epochs == 7 and prediction.steady_epoch_s == 60
+    assert prediction.seconds == pytest.approx(192 + 4 * 60 + 2 * 5)
+    # The naive estimator counts the first epoch's warm-up and the evaluation as steady time.
+    assert estimate.naive_time(short, 7) == pytest.approx(197 / 3 * 7)
+
+
+def test_without_timed_epochs_the_warm_up_comes_from_elsewhere():
+    short = estimate.ShortRun(first_eval_s=100.0, first_eval_epochs=1.0)
+    assert estimate.predict_run(short, 5, warmup=20.0, period=1).seconds == pytest.approx(100 + 4 * 80)
+    # A warm-up longer than the first evaluation cannot be right: at most 90% of it.
+    assert estimate.predict_run(short, 2, warmup=500.0, period=1).steady_epoch_s == pytest.approx(10)
+    # An asynchronous evaluation (10 s latency) adds only the last one's latency, however many ran.
+    overlapped = estimate.ShortRun(first_eval_s=110.0, first_eval_epochs=1.0, train_end_s=100.0, eval_s=10.0,
+                                   eval_overlaps=True)
+    assert estimate.predict_run(overlapped, 5, warmup=20.0, period=1).seconds == pytest.approx(100 + 4 * 80 + 10)
+
+
+def test_steady_model_recovers_a_linear_relation():
+    """steady = 1.1 x first - 5 on three systems: the fit gives back 1.1 and 5."""
+    model = estimate.SteadyModel.fit([(first, 1.1 * first - 5) for first in (20.0, 60.0, 300.0)])
+    assert model.slope == pytest.approx(1.1) and model.offset == pytest.approx(5)
+    assert model.steady(100.0) == pytest.approx(105)
+    assert estimate.SteadyModel.fit([(20.0, 17.0)]) is None
+
+
+def test_resnet_schedule_length_from_logged_hyperparameters():
+    """training_results_v0.7 @0a8a85a, Google/results/tpu-v3-8192-TF/resnet/result_0.txt logs
+    lars_opt_learning_rate_decay_steps 1133 and lars_opt_learning_rate_warmup_epochs 31 at global batch 65536:
+    31 + 1133 x 65536 / 1281167 epochs; NVIDIA/results/dgx1_ngc20.06_mxnet logs lars_opt_learning_rate_decay_steps
+    37 (epochs, the warm-up inside)."""
+    google = {"opt_name": "lars", "lars_opt_learning_rate_decay_steps": 1133,
+              "lars_opt_learning_rate_warmup_epochs": 31}
+    assert estimate.schedule_epochs("resnet", google, 65536) == pytest.approx(31 + 1133 * 65536 / 1281167)
+    nvidia = {"opt_name": "lars", "lars_opt_learning_rate_decay_steps": 37, "lars_opt_learning_rate_warmup_epochs": 2}
+    assert estimate.schedule_epochs("resnet", nvidia, 1664) == 37
+    assert estimate.schedule_epochs("ssd", google, 1024) is None
+    entries = [_entry("a", 1, [36.0]), _entry("b", 1, [45.0]), _entry("c", 1, [50.0])]
+    for entry, schedule in zip(entries, (40.0, 50.0, 50.0)):
+        entry.schedule = schedule
+    # Ratios 0.9, 0.9, 1.0: median 0.9.
+    assert estimate.schedule_scaled_epochs(entries, 60.0, "test").median == pytest.approx(54)
+
+
+def _entry(name, batch, epochs, benchmark="gnmt", ruleset="0.7"):
+    return estimate.EpochsEntry((benchmark, name, ruleset), benchmark, ruleset, batch, epochs)
+
+
+def test_leave_one_out_never_uses_the_submission_itself():
+    table = [_entry("a", 2048, [4, 4, 5]), _entry("b", 2048, [6, 6, 6]), _entry("c", 2900, [8, 8, 8]),
+             _entry("far", 8192, [20, 20]), _entry("other_round", 2048, [99], ruleset="0.6")]
+    # Within 1.5x of 2048 and not 'a': b (6) and c (8).
+    assert estimate.naive_epochs(table, "gnmt", "0.7", 2048, exclude=("gnmt", "a", "0.7")) == 7
+    assert estimate.naive_epochs(table, "gnmt", "0.7", 2048) == 6            # a, b, c: medians 4, 6, 8
+    assert estimate.naive_epochs(table, "gnmt", "0.7", 2048,
+                                 exclude=("gnmt", "b", "0.7")) == 6          # a (4) and c (8)
+    assert estimate.naive_epochs(table, "ssd", "0.7", 2048) is None
+    # Interpolated between the nearest batches below and above: 2048 (a, b: median of 4 and 6 = 5) and 8192 (20).
+    at = estimate.epochs_estimate(table, "gnmt", "0.7", 5120, exclude=("gnmt", "c", "0.7"))
+    assert at.median == pytest.approx(5 + (5120 - 2048) / (8192 - 2048) * (20 - 5))
+
+
+def test_rcp_interpolation_matches_the_rcp_files_numbers():
+    """mlperf-logging 6.1.0 (installed), rcp_checker/training_1.0.0/rcps_ssd.json: "ssd_ref_1024_s128" has ten runs
+    of 50 epochs (olympic mean 50); "ssd_ref_2048_s16" has 60 runs, 58 of 65 and 2 of 70 epochs, so dropping one run
+    at each end leaves 57 x 65 and 1 x 70: mean 3775 / 58. At 1536, halfway: (50 + 3775 / 58) / 2."""
+    assert estimate.rcp_epochs("ssd", 1024).median == pytest.approx(50)
+    assert estimate.rcp_epochs("ssd", 1536).median == pytest.approx((50 + 3775 / 58) / 2)
+    assert estimate.rcp_epochs("gnmt", 1024) is None
+
+
+def test_error_band_holds_the_stated_share():
+    errors = [-0.2, -0.1, 0.0, 0.05, 0.1, 0.3, 0.4, -0.05, 0.02]
+    low, high = estimate.error_band(errors)
+    assert low < 1 < high
+    assert estimate.error_band([0.1, 0.2]) is None
+
+
+def test_unknown_says_why():
+    bench = {"model": "gnmt", "loop_samples_per_s": 1e5, "global_batch_size": 256, "accelerators": 1,
+             "unit": "tokens"}
+    result = estimate.estimate("gnmt", "0.7", 256, 1, bench)
+    assert result["minutes"] is None
+    assert any("no RCP for gnmt" in why for why in result["unknown"])
+    assert any("--epoch_samples" in why for why in result["unknown"])
+    assert any("not part of MLPerf v0.7" in why for why in estimate.estimate("ncf", "0.7", 1024, 1, None)["unknown"])
+    assert any("no benchmark" in why for why in estimate.estimate("ssd", "0.7", 1024, 8, None)["unknown"])
+
+
+def test_estimate_from_a_benchmark_and_the_rcps():
+    bench = {"model": "ssd", "loop_samples_per_s": 1000.0, "global_batch_size": 128, "accelerators": 1,
+             "unit": "images", "accelerator": "X", "backend": "jax", "precision": "bf16"}
+    result = estimate.estimate("ssd", "0.7", 1024, 8, bench)
+    # 50 epochs (RCP at 1024) x 117,266 images / (1000 x 8 images/s), efficiency 1.0 assumed.
+    assert result["minutes"]["median"] == pytest.approx(50 * 117266 / 8000 / 60)
+    assert result["parts"]["scaling_efficiency"]["source"] == "assumed"
+    assert "ESTIMATE ssd" in estimate.markdown_line(result)
+
+
+def _cli(*args, tmp_path):
+    return subprocess.run([sys.executable, "-m", "mlperf_keras.estimate", f"--out={tmp_path}", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    missing = _cli("--model=ssd", f"--from_benchmark={tmp_path}/none.json", tmp_path=tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().count("\n") == 0 and "none.json" in missing.stderr
+    other = tmp_path / "bench.json"
+    other.write_text(json.dumps({"model": "resnet", "loop_samples_per_s": 10.0}))
+    wrong = _cli("--model=ssd", f"--from_benchmark={other}", "--batch_size=1024", tmp_path=tmp_path)
+    assert wrong.returncode == 2 and "no mlperf_keras.benchmark result for ssd" in wrong.stderr
+    assert wrong.stderr.strip().count("\n") == 0
+
+
+def test_cli_from_a_short_run_and_own_runs(tmp_path):
+    """Own runs (the reporter's example-log generator: ncf v0.5, 1024 per step, converged after 5, 6 and 7 epochs)
+    give the epochs; a 3-epoch short run (60 s epochs, 5 s evaluations) gives the time: for the median 6 epochs,
+    the first epoch (60 s) and its evaluation (5 s), then 5 more epochs of 60 s, each with its evaluation of 5 s."""
+    from mlperf_keras.reporting.example_logs import ExampleRun, write_log
+
+    runs = tmp_path / "runs"
+    for seed, epochs in ((1, 5), (2, 6), (3, 7)):
+        write_log(str(runs / f"ncf_seed{seed}.log"), ExampleRun(benchmark="ncf", ruleset="0.5", seed=seed,
+                                                               epochs=epochs, quality_target=0.635))
+    short = write_log(str(tmp_path / "short.log"), ExampleRun(benchmark="ncf", ruleset="0.5", seed=9, epochs=3,
+                                                              status="aborted", quality_target=0.635))
+    done = _cli("--model=ncf", f"--from_log={short}", f"--runs={runs}", "--ruleset=0.5", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    written = json.loads((tmp_path / "estimate_ncf_n.json").read_text())
+    assert written["parts"]["epochs"]["source"].startswith("your runs")
+    # Convergence point 6 epochs (median of 5, 6, 7); evaluations every epoch, the first after epoch 1.
+    assert written["minutes"]["median"] == pytest.approx((65 + 5 * 60 + 5 * 5) / 60, rel=1e-3)
+    assert "ESTIMATE ncf" in (tmp_path / "report.md").read_text()
+    wrong = _cli("--model=ssd", f"--from_log={short}", "--batch_size=8", tmp_path=tmp_path)
+    assert wrong.returncode == 2 and "is a ncf run, not ssd" in wrong.stderr
+
+
+def test_report_lists_estimates_beside_measured_results(tmp_path):
+    """report --estimate: an estimate's row is marked as one, next to the scored result of the same benchmark."""
+    from mlperf_keras.reporting.example_logs import ExampleRun, write_log
+    from mlperf_keras.reporting.parse import parse_logs
+    from mlperf_keras.reporting.score import score_all
+
+    paths = [write_log(str(tmp_path / "logs" / f"ssd_{seed}.log"),
+                       ExampleRun(benchmark="ssd", seed=seed, epochs=3, start_s=1_700_000_000.0 + 1000 * seed))
+             for seed in range(1, 6)]
+    records, _ = parse_logs(paths)
+    bench = {"model": "ssd", "loop_samples_per_s": 1000.0, "global_batch_size": 128, "accelerators": 1}
+    path = tmp_path / "estimate_ssd_8.json"
+    path.write_text(json.dumps(estimate.estimate("ssd", "0.7", 1024, 8, bench)))
+    text = estimate.estimates_markdown(estimate.read_estimates([str(path)]), score_all(records))
+    rows = [line for line in text.splitlines() if line.startswith("| ssd")]
+    assert "**estimate**" in rows[0] and "measured" in rows[1]
+    assert len(rows) == 2
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(estimate.EstimateError, match="not written by python -m mlperf_keras.estimate"):
+        estimate.read_estimates([str(tmp_path / "bad.json")])
+
+
+def test_a_cpu_benchmark_does_not_scale_to_gpus():
+    cpu = {"model": "ssd", "loop_samples_per_s": 2.0, "global_batch_size": 1, "accelerators": 1, "accelerator": "cpu"}
+    assert any("GPUs need a benchmark on one" in why for why in estimate.estimate("ssd", "0.7", 8, 8, cpu)["unknown"])
