@@ -3,8 +3,8 @@
 Source: the hyperparameter tables of mlcommons/training_policies training_rules.adoc at each round's commit
 (RULES_COMMITS): v0.5 and v0.6 list, per model, the few "model-specific exceptions" beside one scheme for every model
 trained with SGD (a linear warm-up may be added; the schedule may be stretched in time by t = 1 + k/10; the LR
-scaled by an integer factor; the batch is free); v0.7 lists every tunable hyperparameter with its constraint. Both
-rounds' "Data Representation" let a sequence model choose the training length N it truncates or drops at
+scaled by an integer factor; the batch is free); v0.7 lists every tunable hyperparameter with its constraint. Every
+round's "Data Representation" lets a sequence model choose the training length N it truncates or drops at
 (max_length). Where mlperf-logging's checker rules for the round (training_0.6.0/<benchmark>.yaml,
 training_0.7.0/closed_<benchmark>.yaml) check a value, the value the run would log is run through those rules
 (compliance.closed_rules) instead of a copy of them here.
