@@ -5,6 +5,8 @@ total, step time median and p90, and the fraction of the accelerator's peak: tra
 over the peak (--peak_tflops, or the preset/known table). Takes the same flags and flagfiles as train.py.
 With --synthetic (the default when no --data_dir is given) one batch of the real shapes lives on the device, so it
 measures the model and the loop, not the host; it then needs no TensorFlow on the JAX backend.
+It writes no MLPerf log, so it times an --hparams item the closed division may not change (train refuses it) and
+says so: a note line, and "division": "open" in the result (compliance.tunable decides).
 
 With --decode_batches=N (translation workloads) it times the evaluation's beam search instead: N batches of the
 eval set (synthetic without --data_dir) of its most common padded source length, one compile, through the
@@ -134,7 +136,10 @@ def main(argv):
     try:
         dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"))
         values = train_cli.with_values(FLAGS, synthetic=FLAGS.synthetic or FLAGS.data_dir is None, dry_run=False)
-        workload, manifest, config = train_cli.resolve(values, dist)
+        # No MLPerf result is written here: an --hparams item the closed division may not change is timed, and the
+        # result says its configuration is open-division, rather than being refused as train refuses it.
+        workload, manifest, config = train_cli.resolve(values, dist, closed_lock=False)
+        division = _timed_division(workload, config, dist, manifest)
         model, step = loop.build(config, workload, dist, manifest)
         if FLAGS.decode_batches > 0:
             return _decode_main(workload, config, dist, manifest)
@@ -163,7 +168,7 @@ def main(argv):
     # FLOPs per sample are the reference model's: a model resized by --hparams gets no FLOP figures.
     flops = workload.train_flops_per_sample * result["loop_samples_per_s"] if not FLAGS.hparams else 0.0
     result.update({
-        "model": config.model, "backend": config.backend, "precision": config.precision,
+        "model": config.model, "backend": config.backend, "precision": config.precision, "division": division,
         "global_batch_size": config.global_batch_size, "workers": dist.world_size,
         "accelerator": config.system.accelerator_model, "accelerators": devices,
         "unit": workload.throughput_unit, "train_tflops_per_s": flops / 1e12,
@@ -188,6 +193,23 @@ def main(argv):
               f"  {result['train_tflops_per_s']:.2f} TFLOP/s ({peak_text})")
         _write_json(result)
     return 0
+
+
+def _timed_division(workload, config, dist, manifest) -> str:
+    """The division the timed configuration belongs to: open where an --hparams item is not tunable in the closed
+    division (compliance.tunable), said once on the chief's stdout."""
+    from mlperf_keras.compliance import tunable
+    from mlperf_keras.config import parse_hparam_overrides
+
+    if not config.closed_division:
+        return config.submission_division
+    refusal = tunable.closed_refusal(workload, config, parse_hparam_overrides(FLAGS.hparams, config.hparams),
+                                     manifest)
+    if refusal is None:
+        return "closed"
+    if dist.is_chief:
+        print(f"note: the timed configuration is open-division ({refusal.split('; tunable there')[0]})", flush=True)
+    return "open"
 
 
 def _rate(value: float) -> str:

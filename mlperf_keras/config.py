@@ -110,12 +110,17 @@ def check_hparams(hparams: Mapping[str, Any], from_data: Mapping[str, Any], own_
 
 
 def parse_hparams(text: str, defaults: Mapping[str, Any]) -> dict:
-    """Parse 'key=value,key=value' against a workload's defaults.
+    """Parse 'key=value,key=value' against a workload's defaults: the defaults with the items replaced.
 
     Each value is converted to the type of its default (bool accepts true/false/1/0; a tuple default takes
     values separated by ':' or '-', e.g. mlp_layers=256-256-128-64). Unknown keys are an error listing the valid ones.
     """
-    out = dict(defaults)
+    return {**defaults, **parse_hparam_overrides(text, defaults)}
+
+
+def parse_hparam_overrides(text: str, defaults: Mapping[str, Any]) -> dict:
+    """The items of 'key=value,key=value' alone (what the user changed), converted as parse_hparams does."""
+    out = {}
     if not text:
         return out
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -204,6 +209,13 @@ class RunConfig:
         """Closed division (the default): the reference's graph, init, preprocessing, data order and stock random
         generators. Faster deviations are only allowed when this is False (--division=open)."""
         return self.submission_division == "closed"
+
+    @property
+    def logged_division(self) -> str:
+        """submission_division as the log states it. A demo trains a reduced model (demo_hparams) on demo data, which
+        no closed result may, so its log says open whatever --division chose (that still picks its code paths), and
+        demo: true."""
+        return "open" if self.demo else self.submission_division
 
     @property
     def first_epoch_num(self) -> int:

@@ -71,7 +71,7 @@ def _log_run_info(log, config: RunConfig, workload, dist):
     system = config.system
     log.event(C.SUBMISSION_ORG, config.submission_org)
     log.event(C.SUBMISSION_PLATFORM, system.platform)
-    log.event(C.SUBMISSION_DIVISION, config.submission_division)
+    log.event(C.SUBMISSION_DIVISION, config.logged_division)
     log.event(C.SUBMISSION_STATUS, config.submission_status)
     log.event(C.SUBMISSION_BENCHMARK, workload.name)
     # What the reporter needs to compare systems; not MLPerf keys, which the checker allows.

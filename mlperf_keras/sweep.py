@@ -11,7 +11,9 @@ the running training (which then logs run_stop aborted), the sweep waits for it,
 exits 128 + the signal's number. Then:
 `python -m mlperf_keras.report --logs D --out REPORT`.
 
-Imports nothing heavy: the runs are subprocesses, so TensorFlow is only loaded inside them.
+Each run is train's own start, so under --division=closed (train's default) an --hparams item the closed division
+may not change makes every run exit 2 before its log opens (listed as failed); pass --division=open among the extra
+flags to run it. Imports nothing heavy: the runs are subprocesses, so TensorFlow is only loaded inside them.
 """
 
 import dataclasses

@@ -37,7 +37,8 @@ flags.DEFINE_list("batch_per_accelerator", [], "Per-worker batch by model that f
 flags.DEFINE_integer("max_epochs", None, "Stop after this many epochs (at least 1) if the target is not reached "
                      "(run_stop status aborted, exit status 5). Default: per workload.")
 flags.DEFINE_string("hparams", "", "Override workload hyperparameters: key=value,key=value. An unknown key "
-                    "lists the valid ones; --dry_run shows them all.")
+                    "lists the valid ones; --dry_run shows them all. Under --division=closed only those the round's "
+                    "rules let a closed submission tune, within their constraints (--dry_run lists them).")
 flags.DEFINE_bool("synthetic", False, "Random data of the real shapes: measures model and loop, not quality.")
 flags.DEFINE_bool("dry_run", False, "Print the resolved configuration, the parameter count, the global batch and "
                   "steps per epoch, then exit without touching data.")
@@ -49,7 +50,8 @@ flags.DEFINE_string("platform", None, "submission_platform: the system's name, e
 flags.DEFINE_string("org", "mlperf_keras", "submission_org.")
 flags.DEFINE_enum("division", "closed", ["closed", "open"], "submission_division. closed (default): the "
                   "reference's graph, init, preprocessing, data order and stock random generators. open: also the "
-                  "faster deviations each workload lists in the README (logged as submission_division: open).")
+                  "faster deviations each workload lists in the README, and any --hparams (logged as submission_division: "
+                  "open).")
 flags.DEFINE_enum("status", "onprem", ["onprem", "cloud", "preview", "research"], "submission_status.")
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s of one accelerator at --precision (default: known table).")
 flags.DEFINE_integer("eval_offset", 0, "Shift the eval cadence by this many epochs (resnet allows 0-3).")
@@ -79,15 +81,19 @@ def _preset_batch(model: str, pairs: list[str]) -> int | None:
     return None
 
 
-def build_config(values, workload, dist, manifest: dict | None, demo: bool):
-    """Flags (absl FlagValues or any object with the same attributes) -> the frozen RunConfig."""
+def build_config(values, workload, dist, manifest: dict | None, demo: bool, closed_lock: bool = True):
+    """Flags (absl FlagValues or any object with the same attributes) -> the frozen RunConfig.
+
+    closed_lock: under --division=closed, refuse (ConfigError) an --hparams item the closed division may not change
+    (compliance.tunable). A demo's own demo_hparams are not the user's items: the lock judges only --hparams."""
     from mlperf_keras import system
-    from mlperf_keras.config import RunConfig, SystemInfo, check_hparams, parse_hparams, quality_target
+    from mlperf_keras.config import RunConfig, SystemInfo, check_hparams, parse_hparam_overrides, quality_target
 
     defaults = {**workload.reference_hparams(values.ruleset), **workload.dataset_hparams(manifest)}
     if demo:
         defaults.update(workload.demo_hparams)
-    hparams = parse_hparams(values.hparams, defaults)
+    overrides = parse_hparam_overrides(values.hparams, defaults)
+    hparams = {**defaults, **overrides}
     check_hparams(hparams, workload.dataset_hparams(manifest), getattr(workload, "counts_checked_by_workload", ()),
                   defaults)
     if values.batch_size is not None:
@@ -104,7 +110,7 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
     platform = values.platform or (model_name.replace(" ", "_").lower() if count else "cpu")
     peak = values.peak_tflops or (system.peak_tflops(model_name, values.precision) if count else None)
     seed = values.seed if values.seed is not None else secrets.randbelow(SEED_LIMIT)
-    return RunConfig(
+    config = RunConfig(
         model=values.model, ruleset=values.ruleset, seed=seed, precision=values.precision,
         global_batch_size=global_batch,
         max_epochs=(values.max_epochs if values.max_epochs is not None
@@ -123,6 +129,13 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
         backbone_weights=_backbone_weights(values, workload),
         checkpoint_dir=_checkpoint_dir(values), keep_checkpoints=getattr(values, "keep_checkpoints", 2),
         resume=bool(getattr(values, "resume", False)))
+    if closed_lock and config.closed_division:
+        from mlperf_keras.compliance import tunable
+
+        refusal = tunable.closed_refusal(workload, config, overrides, manifest)
+        if refusal:
+            raise ConfigError(refusal)
+    return config
 
 
 def _checkpoint_dir(values) -> str | None:
@@ -170,8 +183,9 @@ def _backend() -> str:
     return keras.backend.backend()
 
 
-def resolve(values, dist, say=print):
-    """The workload, its manifest (None for synthetic data) and the config, from flag values."""
+def resolve(values, dist, say=print, closed_lock: bool = True):
+    """The workload, its manifest (None for synthetic data) and the config, from flag values (closed_lock: see
+    build_config)."""
     from mlperf_keras import registry
     from mlperf_keras.inputs.manifest import read_manifest
 
@@ -200,7 +214,7 @@ def resolve(values, dist, say=print):
         if latest is None:
             raise ConfigError(f"--resume: no checkpoint in --checkpoint_dir={values.checkpoint_dir}")
         values = with_values(values, seed=checkpoints.read_header(latest)["seed"])
-    config = build_config(values, workload, dist, manifest, demo)
+    config = build_config(values, workload, dist, manifest, demo, closed_lock)
     from mlperf_keras import system
 
     warning = system.preset_mismatch_warning(values.platform, config.system.accelerator_model)
@@ -260,6 +274,12 @@ def dry_run(config, workload, manifest) -> None:
     print(f"steps per epoch: {workload.steps_per_epoch(config, manifest)}")
     for line in workload.describe(config):
         print(line)
+    from mlperf_keras.compliance import tunable
+
+    print(f"hparams the closed division lets --hparams change (v{config.ruleset} rules; every other one is fixed to "
+          f"the reference, and --division=open accepts anything):")
+    for key in tunable.tunable_keys(config.model, config.ruleset, config.hparams):
+        print(f"  {key}={config.hparams[key]!r}  {tunable.describe(config.model, config.ruleset, key)}")
 
 
 def main(argv):

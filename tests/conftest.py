@@ -135,6 +135,19 @@ def not_converged_horovod_events(proc, out) -> list:
     assert stop["metadata"]["status"] == "aborted" and "reason" not in stop["metadata"], stop
     return events
 
+def as_closed_division(log_path, tmp_path) -> str:
+    """A copy of an open-division log whose submission_division line says closed, so that the checker judges every
+    other line by the closed rules. A test's small model is refused by the closed division (compliance/tunable.py)
+    and runs open; what its log says apart from that is what a closed run of the reference's size would log."""
+    text = open(log_path).read()
+    line = '"key": "submission_division", "value": "open"'
+    assert text.count(line) == 1, "the log is not one open-division run"
+    copy = os.path.join(str(tmp_path), "as_closed_" + os.path.basename(str(log_path)))
+    with open(copy, "w") as f:
+        f.write(text.replace(line, '"key": "submission_division", "value": "closed"'))
+    return copy
+
+
 def checker_messages(log_path, ruleset: str):
     """The official mlperf-logging checker on a log at a training ruleset: (valid, every message it gave)."""
     from mlperf_logging.compliance_checker import mlp_compliance

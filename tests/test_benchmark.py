@@ -16,6 +16,7 @@ def check_result(result, backend):
     assert result["loop_samples_per_s"] > 0 and result["bare_samples_per_s"] > 0
     assert 0 < result["step_ms_median"] <= result["step_ms_p90"]
     assert result["fraction_of_peak"] is None  # a model resized by --hparams gets no FLOP figures
+    assert result["division"] == "open"  # timed, not refused: mf_dim=8 is not tunable in the closed division
 
 
 def test_benchmark_on_tensorflow(tmp_path):

@@ -55,7 +55,7 @@ def test_two_workers_end_bit_identical_and_equal_one_worker_at_full_batch(tmp_pa
 def test_horovodrun_training_writes_one_log_with_global_values(prepared_ncf, tmp_path):
     out = tmp_path / "runs"
     args = ["-m", "mlperf_keras.train", f"--data_dir={prepared_ncf}", f"--output_dir={out}", "--seed=4",
-            "--max_epochs=8", f"--hparams={SMALL}"]
+            "--max_epochs=8", f"--hparams={SMALL}", "--division=open"]
     proc = horovodrun(*args)
     # 8 epochs do not reach HR@10 0.635: rank 0 exits 5 (not converged), which horovodrun reports with a non-zero
     # status and a RuntimeError naming "Exit code: 5"; no worker raised.
@@ -93,7 +93,7 @@ def test_a_dead_worker_ends_the_job_without_a_success_log(prepared_ncf, tmp_path
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     job = subprocess.Popen(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m",
                             "mlperf_keras.train", f"--data_dir={prepared_ncf}", f"--output_dir={out}", "--seed=6",
-                            "--max_epochs=200", "--hparams=" + SMALL.replace("4096", "1024")],
+                            "--max_epochs=200", "--hparams=" + SMALL.replace("4096", "1024"), "--division=open"],
                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                            start_new_session=True)
     try:
@@ -143,7 +143,7 @@ def test_jax_training_cli_uses_both_devices(prepared_ncf, tmp_path, epoch_build)
     env = {**os.environ, "KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     proc = subprocess.run([sys.executable, "-m", "mlperf_keras.train", "--backend=jax", f"--data_dir={prepared_ncf}",
                            f"--output_dir={tmp_path}", "--seed=1", "--max_epochs=4",
-                           f"--hparams={SMALL},epoch_build={epoch_build}"],
+                           f"--hparams={SMALL},epoch_build={epoch_build}", "--division=open"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 5, proc.stderr[-3000:]    # 4 epochs: not converged (config.EXIT_NOT_CONVERGED)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])

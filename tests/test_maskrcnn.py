@@ -12,10 +12,11 @@ import pytest
 import yaml
 from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
-from tests.conftest import (checker_messages, mllog_events, not_converged_horovod_events, prepare_coco_same_val,
-                            resolve_run, run_cli)
+from tests.conftest import (as_closed_division, checker_messages, mllog_events, not_converged_horovod_events,
+                            prepare_coco_same_val, resolve_run, run_cli)
 
-# A small model and image size for CPU runs (hparams of the workload; the demo's model, smaller images).
+# A small model and image size for CPU runs (hparams of the workload; the demo's model, smaller images). The closed
+# division refuses it (compliance/tunable.py): runs of it are open.
 SMALL = ("block_sizes=1-1-1-1,width=8,fpn_channels=16,representation_size=64,mask_conv_layers=16-16,"
          "frozen_batch_norm=false,frozen_stages=0,pre_nms_train=32,pre_nms_test=32,roi_batch=16,max_gt=6,"
          "detections_per_image=10,min_size=64,max_size=96,shuffle_buffer=16")
@@ -113,7 +114,8 @@ def test_logged_keys_cover_the_official_maskrcnn_rules():
                                              ("decay_steps=80000-60000", "decay_steps"),
                                              ("min_size=1400", "min_size")])
 def test_bad_hyperparameters_are_refused(hparams, message):
-    workload, manifest, config, _ = resolve(dry_run=True, hparams=hparams)
+    """The workload's own ranges (open: the closed division refuses these keys before the workload sees them)."""
+    workload, manifest, config, _ = resolve(dry_run=True, hparams=hparams, division="open")
     with pytest.raises(ConfigError, match=message):
         workload.check(config, manifest)
 
@@ -288,7 +290,8 @@ def test_short_run_passes_every_checker_rule_but_the_target(prepared, tmp_path):
     train and predict steps takes about a minute on 2 cores."""
     workload, manifest, config, dist = resolve(data_dir=prepared, output_dir=str(tmp_path), ruleset="0.7",
                                                max_epochs=1, batch_size=2, jit_compile=False,
-                                               backbone_weights="none", hparams=SMALL + ",proposals_per_image=1000")
+                                               backbone_weights="none", hparams=SMALL + ",proposals_per_image=1000",
+                                               division="open")
     result = loop.run(config, workload, dist, manifest)
     assert result.status == "aborted" and result.epochs == 1
     assert 0 <= result.quality["bbox"] <= 1 and 0 <= result.quality["segm"] <= 1
@@ -297,7 +300,7 @@ def test_short_run_passes_every_checker_rule_but_the_target(prepared, tmp_path):
     assert values["train_samples"] == manifest["counts"]["train_images_annotated"]
     assert values["eval_samples"] == manifest["counts"]["val_images"]
     assert set(values["eval_accuracy"]) == {"BBOX", "SEGM"}
-    valid, messages = checker_messages(result.log_path, "3.1.0")
+    valid, messages = checker_messages(as_closed_division(result.log_path, tmp_path), "3.1.0")
     assert not valid and len(messages) == 1, messages
     assert "eval_accuracy" in messages[0], messages
 
@@ -321,7 +324,7 @@ def test_overfits_a_few_images(prepared_same_val, tmp_path):
         data_dir=prepared_same_val, output_dir=str(tmp_path), ruleset="0.7", max_epochs=60, batch_size=4,
         jit_compile=False, backbone_weights="none",
         hparams=SMALL.replace("min_size=64,max_size=96", "min_size=96,max_size=128")
-        + ",warmup_steps=10,decay_steps=400-480")
+        + ",warmup_steps=10,decay_steps=400-480", division="open")
     result = loop.run(config, workload, dist, manifest)
     events = mllog_events(result.log_path)
     aps = [e["value"] for e in events if e["key"] == "eval_accuracy"]
@@ -348,7 +351,7 @@ def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
     out = tmp_path / "runs"
     proc = horovodrun("-m", "mlperf_keras.train", "--model=maskrcnn", f"--data_dir={prepared}", f"--output_dir={out}",
                       "--seed=4", "--max_epochs=2", "--batch_size=4", "--nojit_compile", "--backbone_weights=none",
-                      f"--hparams={SMALL}", f"--checkpoint_dir={tmp_path / 'checkpoints'}")
+                      f"--hparams={SMALL}", f"--checkpoint_dir={tmp_path / 'checkpoints'}", "--division=open")
     events = not_converged_horovod_events(proc, out)   # short of the target: exit 5, one aborted log
     values = {e["key"]: e["value"] for e in events}
     assert values["num_workers"] == 2 and values["global_batch_size"] == 4
@@ -360,7 +363,7 @@ def test_two_horovod_workers_train_and_evaluate_every_image(prepared, tmp_path):
         assert set(accuracy["value"]) == {"BBOX", "SEGM"}
     workload, manifest, config, dist = resolve(data_dir=prepared, output_dir=str(tmp_path / "one"), seed=4,
                                                max_epochs=2, batch_size=4, jit_compile=False,
-                                               backbone_weights="none", hparams=SMALL)
+                                               backbone_weights="none", hparams=SMALL, division="open")
     _, step = loop.build(config, workload, dist, manifest)
     checkpoints.restore(str(tmp_path / "checkpoints" / checkpoints.FINAL_NAME), step.model, step.optimizer)
     step.reload_from_model()
