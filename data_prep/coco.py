@@ -50,10 +50,11 @@ import shutil
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from data_prep import cli, sharded
 from data_prep.imagenet import JPEG_QUALITY, BadImage, check_image
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 SPLITS = (("train", "train2017", "instances_train2017.json"), ("validation", "val2017", "instances_val2017.json"))
@@ -387,4 +388,4 @@ if __name__ == "__main__":
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     define_flags()
-    app.run(main)
+    entry.run(main)

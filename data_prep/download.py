@@ -42,8 +42,9 @@ import urllib.error
 import urllib.request
 import zipfile
 
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError
 
 
@@ -326,4 +327,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    entry.run(main)

@@ -33,9 +33,10 @@ import tarfile
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from data_prep import cli, sharded
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
@@ -480,4 +481,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    entry.run(main)

@@ -23,8 +23,9 @@ import time
 from typing import Mapping
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.layers import backbone_weights
 
@@ -135,4 +136,4 @@ if __name__ == "__main__":
                         "reference's pretrained backbone)")
     flags.DEFINE_string("output", None, "The .npz to write (for layers.maskrcnn.load_backbone_weights)")
     flags.mark_flags_as_required(["detectron_pickle", "output"])
-    app.run(main)
+    entry.run(main)

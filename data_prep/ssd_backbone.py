@@ -21,8 +21,9 @@ import time
 from typing import Mapping
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.layers import backbone_weights
 
@@ -156,4 +157,4 @@ if __name__ == "__main__":
     flags.DEFINE_string("output", None, "The .npz to write; train with python -m mlperf_keras.train --model=ssd "
                         "--backbone_weights=<this file>")
     flags.mark_flags_as_required(["torchvision_checkpoint", "output"])
-    app.run(main)
+    entry.run(main)

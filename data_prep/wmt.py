@@ -48,9 +48,10 @@ import tarfile
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from data_prep import cli
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 CORPORA = {  # name -> (file stem inside the archive, the archive WMT distributes it in)
@@ -586,4 +587,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    entry.run(main)

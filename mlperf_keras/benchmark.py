@@ -28,6 +28,7 @@ import time
 import numpy as np
 from absl import app, flags
 
+from mlperf_keras import entry
 from mlperf_keras import train as train_cli  # defines the shared training flags
 from mlperf_keras.config import EXIT_DIVERGED, ConfigError
 
@@ -223,4 +224,4 @@ def _decode_main(workload, config, dist, manifest) -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    entry.run(main)

@@ -12,8 +12,9 @@ Pure Python: importing this must never import TensorFlow or Keras.
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras.reporting.build import build_report, summarize_problems
 from mlperf_keras.reporting.submission import OutputNotOurs
 
@@ -78,7 +79,7 @@ def main(argv):
 def run():
     """Console-script entry point (setup.py)."""
     define_flags()
-    app.run(main)
+    entry.run(main)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import sys
 from absl import app, flags
 
 # Exit statuses (config.py says what each means): 0 target reached, 2 bad start, 3 diverged, 4 log not written,
-# 5 stopped at --max_epochs without the target.
+# 5 stopped at --max_epochs without the target (entry.py: what absl's own exits become).
+from mlperf_keras import entry
 from mlperf_keras.config import (EXIT_BAD_START, EXIT_DIVERGED, EXIT_LOG_FAILED, EXIT_NOT_CONVERGED, MODEL_NAMES,
                                  PRECISIONS, RULESETS, SEED_LIMIT, ConfigError)
 
@@ -261,6 +262,18 @@ def dry_run(config, workload, manifest) -> None:
         print(line)
 
 
+def print_summary(result) -> None:
+    """The run's last stdout line, one JSON object, however it ended."""
+    summary = {"status": result.status, "epochs": result.epochs, "quality": result.quality,
+               "minutes": round(result.seconds / 60, 3), "log": result.log_path}
+    if result.reason:
+        summary["reason"] = result.reason
+    if result.resumed_from:
+        summary["resumed_from"] = result.resumed_from
+        summary["valid_mlperf_result"] = False
+    print(json.dumps(summary), flush=True)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -288,7 +301,13 @@ def main(argv):
                   f"precision {config.precision}, ruleset {config.ruleset}", flush=True)
         from mlperf_keras import loop
 
-        result = loop.run(config, workload, dist, manifest)
+        try:
+            result = loop.run(config, workload, dist, manifest)
+        except loop.RunStopped as stopped:
+            if dist.is_chief:
+                print_summary(stopped.result)
+            print(f"error: run aborted: {stopped.result.reason}", file=sys.stderr)
+            return stopped.exit_status
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_START
@@ -304,14 +323,7 @@ def main(argv):
         print(f"error: {records.data_loss_message(e, FLAGS.data_dir, manifest)}", file=sys.stderr)
         return EXIT_BAD_START
     if dist.is_chief:
-        summary = {"status": result.status, "epochs": result.epochs, "quality": result.quality,
-                   "minutes": round(result.seconds / 60, 3), "log": result.log_path}
-        if result.reason:
-            summary["reason"] = result.reason
-        if result.resumed_from:
-            summary["resumed_from"] = result.resumed_from
-            summary["valid_mlperf_result"] = False
-        print(json.dumps(summary), flush=True)
+        print_summary(result)
     if result.reason:
         print(f"error: run aborted: {result.reason}", file=sys.stderr)
         return EXIT_DIVERGED
@@ -325,7 +337,7 @@ def main(argv):
 
 
 def run_main():
-    app.run(main)
+    entry.run(main)
 
 
 if __name__ == "__main__":
