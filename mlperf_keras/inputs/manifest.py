@@ -189,6 +189,8 @@ OFFICIAL_COUNTS = {
     "movielens-20m": (("ratings", lambda c: c["train_positives"] + c["eval_users"], 20_000_263),),
     # newstest2014 En-De; the training pair count after the reference's cleaning is not pinned here.
     "wmt17-en-de": (("newstest2014 sentences", lambda c: c["eval_sentences"], 3_003),),
+    # GNMT evaluates on the same newstest2014 En-De (data_prep/wmt_gnmt.py).
+    "wmt16-en-de": (("newstest2014 sentences", lambda c: c["eval_sentences"], 3_003),),
 }
 
 # Whether StagedOutput.commit refuses counts that differ from OFFICIAL_COUNTS: the data_prep commands turn it on
