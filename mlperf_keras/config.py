@@ -52,6 +52,11 @@ def quality_target(model: str, ruleset: str):
     return targets[ruleset]
 
 
+def counted(count: int, noun: str) -> str:
+    """'1 worker', '2 workers', '1,000 shards': a count with its noun, plural by adding s."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def format_quality(value) -> str:
     """A metric or a multi-part metric (mapping of part -> value) for progress lines."""
     if isinstance(value, Mapping):

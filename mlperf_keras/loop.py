@@ -15,7 +15,7 @@ import time
 
 from mlperf_keras import mlperf_log
 from mlperf_keras.mlperf_log import C
-from mlperf_keras.config import RunConfig, format_quality, quality_finite
+from mlperf_keras.config import RunConfig, counted, format_quality, quality_finite
 from mlperf_keras.workloads.base import RepeatedBatch
 
 
@@ -196,7 +196,7 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
         if signum is None:
             raise
         seconds = time.time() - clock_start
-        progress.say(f"run_stop: aborted ({reason}) after {progress.epochs_done} epochs, {_hms(seconds)}"
+        progress.say(f"run_stop: aborted ({reason}) after {counted(progress.epochs_done, 'epoch')}, {_hms(seconds)}"
                      + (f"; {workload.metric_name} {format_quality(progress.quality)}"
                         if progress.quality is not None else ""))
         result = RunResult("aborted", progress.epochs_done, progress.quality, log_path, seconds, 0.0, reason=reason,
@@ -343,11 +343,11 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
             break
     seconds = time.time() - clock_start
     if reason:
-        progress.say(f"run_stop: aborted after {epoch + 1} epochs: {reason}")
+        progress.say(f"run_stop: aborted after {counted(epoch + 1, 'epoch')}: {reason}")
         return RunResult("aborted", epoch + 1, None, None, seconds, sum(throughputs) / max(1, len(throughputs)),
                          reason=reason)
     verdict = "reached the target" if status == "success" else f"stopped at max_epochs={config.max_epochs}"
-    progress.say(f"run_stop: {status} ({verdict}) after {epoch + 1} epochs, {_hms(seconds)}; "
+    progress.say(f"run_stop: {status} ({verdict}) after {counted(epoch + 1, 'epoch')}, {_hms(seconds)}; "
                  f"{workload.metric_name} {format_quality(quality)}" if quality is not None else f"run_stop: {status}")
     return RunResult(status, epoch + 1, quality, None, seconds, sum(throughputs) / max(1, len(throughputs)))
 

@@ -6,7 +6,8 @@ under --out: report.md, tables/*.csv, charts/*.png|svg, and the MLPerf submissio
 package's runs (systems/*.json, results/<system>/<benchmark>/result_<i>.txt).
 
 Exit status: 0 when every input was used, 1 when some input was skipped (each is named, with its
-reason, in the output and in report.md), 2 when the report could not be written at all.
+reason, in the output and in report.md), 2 when nothing was written: no MLPerf log under any --logs folder,
+an --out this reporter did not write, or a flag error (one line on stderr each).
 Pure Python: importing this must never import TensorFlow or Keras.
 """
 
@@ -15,7 +16,7 @@ import sys
 from absl import flags
 
 from mlperf_keras import entry
-from mlperf_keras.reporting.build import build_report, summarize_problems
+from mlperf_keras.reporting.build import NothingToReport, build_report, summarize_problems
 from mlperf_keras.reporting.submission import OutputNotOurs
 
 FLAGS = flags.FLAGS
@@ -53,7 +54,7 @@ def main(argv):
         report = build_report(log_dirs, FLAGS.out, baseline=FLAGS.baseline, overwrite=FLAGS.overwrite,
                               check_compliance=FLAGS.compliance, draw_charts=FLAGS.charts,
                               default_round=FLAGS.round)
-    except OutputNotOurs as error:
+    except (OutputNotOurs, NothingToReport) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
 

@@ -18,7 +18,7 @@ from absl import app, flags
 # 5 stopped at --max_epochs without the target (entry.py: what absl's own exits become).
 from mlperf_keras import entry
 from mlperf_keras.config import (EXIT_BAD_START, EXIT_DIVERGED, EXIT_LOG_FAILED, EXIT_NOT_CONVERGED, MODEL_NAMES,
-                                 PRECISIONS, RULESETS, SEED_LIMIT, ConfigError)
+                                 PRECISIONS, RULESETS, SEED_LIMIT, ConfigError, counted)
 
 flags.DEFINE_enum("model", "ncf", list(MODEL_NAMES), "The MLPerf workload to train.")
 flags.DEFINE_string("data_dir", None, "A dataset prepared by python -m data_prep.<dataset>. Without it: the "
@@ -99,8 +99,8 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool):
     if global_batch <= 0:
         raise ConfigError(f"--batch_size must be positive, got {global_batch}")
     if global_batch % (dist.world_size * dist.devices_per_worker):
-        raise ConfigError(f"global batch {global_batch} does not split evenly over {dist.world_size} workers x "
-                          f"{dist.devices_per_worker} devices")
+        raise ConfigError(f"global batch {global_batch} does not split evenly over "
+                          f"{counted(dist.world_size, 'worker')} x {counted(dist.devices_per_worker, 'device')}")
     model_name, count, memory = system.detect_accelerators()
     platform = values.platform or (model_name.replace(" ", "_").lower() if count else "cpu")
     peak = values.peak_tflops or (system.peak_tflops(model_name, values.precision) if count else None)
@@ -256,7 +256,7 @@ def dry_run(config, workload, manifest) -> None:
     print(config.to_json())
     print(f"parameters: {params}")
     print(f"global batch: {config.global_batch_size} {workload.batch_unit} ({config.per_worker_batch_size} per "
-          f"worker x {config.num_workers} workers)")
+          f"worker x {counted(config.num_workers, 'worker')})")
     print(f"steps per epoch: {workload.steps_per_epoch(config, manifest)}")
     for line in workload.describe(config):
         print(line)

@@ -28,6 +28,10 @@ from mlperf_keras.reporting.submission import (prepare_output, system_descriptio
 from mlperf_keras.reporting.systems import identity_notes
 
 
+class NothingToReport(Exception):
+    """No MLPerf log under any of the folders: nothing is written (an empty report would look like a result)."""
+
+
 @dataclasses.dataclass
 class Report:
     records: list
@@ -57,8 +61,13 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     """
     problems = [Problem(d, "not a folder") for d in log_dirs if not os.path.isdir(d)]
     folders = [d for d in log_dirs if os.path.isdir(d)]
-    prepare_output(out_dir, overwrite=overwrite)
     paths, empty, file_problems = find_log_files(folders, exclude=[out_dir])
+    if not paths:
+        unread = problems + file_problems
+        raise NothingToReport(f"no MLPerf log under {', '.join(log_dirs)}"
+                              + (f" ({len(unread)} inputs not read, e.g. {unread[0].path}: {unread[0].reason})"
+                                 if unread else "") + f"; nothing written to {out_dir}")
+    prepare_output(out_dir, overwrite=overwrite)
     problems += file_problems
     problems += [Problem(folder, "no MLLOG log files in this folder") for folder in empty]
 
