@@ -295,8 +295,9 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
                                stop_on_non_finite=dist.world_size == 1)
         epoch_seconds = time.time() - epoch_start
         # A TrainData that counts its epoch's samples (GNMT's real tokens) gives them; else steps x global batch.
-        counted = train.epoch_samples() if hasattr(train, "epoch_samples") else None
-        throughput = (counted if counted is not None else train.steps_per_epoch * samples_per_step) / epoch_seconds
+        counted_samples = train.epoch_samples() if hasattr(train, "epoch_samples") else None
+        throughput = ((counted_samples if counted_samples is not None else train.steps_per_epoch * samples_per_step)
+                      / epoch_seconds)
         throughputs.append(throughput)
         log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch + base})
         # Decided together: a worker whose own last loss is finite must stop too, or it would wait in the evaluation.
