@@ -26,7 +26,7 @@ import sys
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from mlperf_keras import entry
 from mlperf_keras import train as train_cli  # defines the shared training flags
@@ -121,8 +121,7 @@ def save_batch(path: str, host_batch) -> None:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv   # entry.run refuses positional arguments
     if FLAGS.backend:
         os.environ["KERAS_BACKEND"] = FLAGS.backend
     from mlperf_keras import quiet

@@ -3,7 +3,8 @@ exit statuses this package documents for what absl would otherwise end itself.
 
 absl ends a bad flag value, a missing --flagfile or a missing required flag with exit status 1 (and asking for
 --help, --helpshort or --helpfull with 1 too); here those are 2, "could not start", with one line on stderr, and
-help is 0. An app.UsageError from main (e.g. stray positional arguments) is 2 with one line, not absl's whole help
+help is 0. Positional arguments are refused (2, one line) unless the entry point reads them; an app.UsageError from
+main is 2 with one line too, not absl's whole help
 text. A missing backend (JAX, TensorFlow) is 2 with one line naming the extra to install, not a traceback.
 Pure Python: importing this must never import TensorFlow or Keras.
 """
@@ -48,15 +49,17 @@ def missing_module_message(error: ModuleNotFoundError) -> str | None:
     hint = MISSING_MODULE_HINTS.get(top)
     if hint is None:
         return None
-    return f"error: the {'jax' if top.startswith('jax') else top} backend is not installed (no module {top!r}); " \
-           f"install {hint}"
+    return f"error: no module {top!r}: install {hint}"
 
 
-def run(main, argv: list[str] | None = None) -> None:
-    """app.run(main) for an entry point: see the module docstring for the exit statuses it adds."""
+def run(main, argv: list[str] | None = None, takes_arguments: bool = False) -> None:
+    """app.run(main) for an entry point: see the module docstring for the exit statuses it adds. takes_arguments:
+    main reads positional arguments (the reporter's log folders, the sweep's flags after --); else any is refused."""
 
     def guarded_main(args):
         try:
+            if len(args) > 1 and not takes_arguments:
+                raise app.UsageError(f"unexpected arguments: {' '.join(args[1:])}")
             return main(args)
         except app.UsageError as error:
             print(f"error: {one_line(error)}", file=sys.stderr)

@@ -80,7 +80,7 @@ def main(argv):
 def run():
     """Console-script entry point (setup.py)."""
     define_flags()
-    entry.run(main)
+    entry.run(main, takes_arguments=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import secrets
 import signal
 import sys
 
-from absl import app, flags
+from absl import flags
 
 # Exit statuses (config.py says what each means): 0 target reached, 2 bad start, 3 diverged, 4 log not written,
 # 5 stopped at --max_epochs without the target (entry.py: what absl's own exits become).
@@ -275,8 +275,7 @@ def print_summary(result) -> None:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv   # entry.run refuses positional arguments
     if FLAGS.backend:
         os.environ["KERAS_BACKEND"] = FLAGS.backend
     from mlperf_keras import quiet

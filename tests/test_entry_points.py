@@ -59,6 +59,18 @@ def test_train_bad_values_and_arguments_exit_2(args, fragment):
     assert_could_not_start(run_module("mlperf_keras.train", *args), fragment)
 
 
+@pytest.mark.parametrize("module, required", [
+    ("mlperf_keras.benchmark", []),
+    ("data_prep.coco", ["--raw_dir=/r", "--output_dir=/o"]),
+    ("data_prep.verify", ["--data_dir=/d"]),
+    ("data_prep.download", ["--dataset=movielens", "--raw_dir=/r"]),
+])
+def test_stray_positional_arguments_are_refused_before_any_work(module, required):
+    """A positional argument no command reads (a flag without its --, a path after a space) was silently dropped
+    by the data_prep commands; the reporter and the sweep read theirs (log folders, flags after --)."""
+    assert_could_not_start(run_module(module, *required, "stray_argument"), "unexpected arguments: stray_argument")
+
+
 # A meta-path finder that makes `import jax` fail as if JAX were not installed (sitecustomize runs at start-up).
 HIDE_JAX = '''
 import sys
@@ -77,7 +89,7 @@ def test_jax_backend_without_jax_names_the_extra(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(HIDE_JAX)
     proc = run_module("mlperf_keras.train", "--backend=jax", "--dry_run", f"--output_dir={tmp_path}/runs",
                       env={"PYTHONPATH": str(tmp_path)})
-    assert_could_not_start(proc, "jax", "pip install '.[jax]'")
+    assert_could_not_start(proc, "no module 'jax'", "pip install '.[jax]'")
     assert "Traceback" not in proc.stderr
 
 
