@@ -4,8 +4,8 @@ exit statuses this package documents for what absl would otherwise end itself.
 absl ends a bad flag value, a missing --flagfile or a missing required flag with exit status 1 (and asking for
 --help, --helpshort or --helpfull with 1 too); here those are 2, "could not start", with one line on stderr, and
 help is 0. Positional arguments are refused (2, one line) unless the entry point reads them; an app.UsageError from
-main is 2 with one line too, not absl's whole help
-text. A missing backend (JAX, TensorFlow) is 2 with one line naming the extra to install, not a traceback.
+main is 2 with one line too, not absl's whole help text. A missing backend (JAX, TensorFlow) is 2 with one line
+naming the extra to install, not a traceback.
 Pure Python: importing this must never import TensorFlow or Keras.
 """
 from __future__ import annotations
