@@ -17,6 +17,7 @@ from typing import List, Optional
 
 import pandas as pd
 
+from mlperf_keras.config import counted
 from mlperf_keras.reporting import charts, compliance, tables
 from mlperf_keras.reporting.logfiles import find_log_files
 from mlperf_keras.reporting.parse import display_path, parse_logs
@@ -65,7 +66,7 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     if not paths:
         unread = problems + file_problems
         raise NothingToReport(f"no MLPerf log under {', '.join(log_dirs)}"
-                              + (f" ({len(unread)} inputs not read, e.g. {unread[0].path}: {unread[0].reason})"
+                              + (f" ({counted(len(unread), 'input')} not read, e.g. {unread[0].path}: {unread[0].reason})"
                                  if unread else "") + f"; nothing written to {out_dir}")
     prepare_output(out_dir, overwrite=overwrite)
     problems += file_problems
