@@ -246,8 +246,7 @@ class SSD(Workload):
         from data_prep import demo_coco
 
         log(f"demo: generating a small COCO-format dataset under {raw_dir}")
-        demo_coco.write_raw(raw_dir, num_train=128, num_val=32, size=((200, 260), (150, 200)), max_objects=2,
-                            seed=2020)
+        demo_coco.write_raw(raw_dir, num_train=128, num_val=32, seed=2020)
 
     def prepare_demo_raw(self, raw_dir, prepared_dir, log):
         from data_prep import coco
