@@ -54,16 +54,21 @@ def main(argv):
         report = build_report(log_dirs, FLAGS.out, baseline=FLAGS.baseline, overwrite=FLAGS.overwrite,
                               check_compliance=FLAGS.compliance, draw_charts=FLAGS.charts,
                               default_round=FLAGS.round)
-    except (OutputNotOurs, NothingToReport) as error:
+    except NothingToReport as error:
+        if not FLAGS.benchmark_results:
+            print(f"error: {error}; nothing written to {FLAGS.out}", file=sys.stderr)
+            return EXIT_FAILED
+        # The benchmark results alone still make their scaling table.
+        print(f"warning: {error}; only the benchmark scaling table is written", file=sys.stderr)
+        _write_benchmark_scaling()
+        return EXIT_SKIPPED
+    except OutputNotOurs as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
 
     print(f"{len(report.records)} runs, {len(report.results)} results; report: {report.report_path}")
     if FLAGS.benchmark_results:
-        from mlperf_keras.reporting import benchmark_scaling
-
-        scaling = benchmark_scaling.write(FLAGS.benchmark_results, FLAGS.out, draw_chart=FLAGS.charts)
-        print(f"benchmark scaling ({len(scaling)} rows): {FLAGS.out}/tables/benchmark_scaling.csv")
+        _write_benchmark_scaling()
     for result in report.results[:MAX_PRINTED_RESULTS]:
         score = f"{result.score_min:.2f} min" if result.score_min is not None else "no score"
         print(f"  {result.benchmark:12s} {result.system:40s} {score:>12s}  {result.status}")
@@ -75,6 +80,13 @@ def main(argv):
     for kind in summarize_problems(report.problems):
         print(kind, file=sys.stderr)
     return EXIT_SKIPPED if report.skipped else EXIT_OK
+
+
+def _write_benchmark_scaling():
+    from mlperf_keras.reporting import benchmark_scaling
+
+    scaling = benchmark_scaling.write(FLAGS.benchmark_results, FLAGS.out, draw_chart=FLAGS.charts)
+    print(f"benchmark scaling ({len(scaling)} rows): {FLAGS.out}/tables/benchmark_scaling.csv")
 
 
 def run():

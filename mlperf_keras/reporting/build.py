@@ -67,7 +67,7 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
         unread = problems + file_problems
         raise NothingToReport(f"no MLPerf log under {', '.join(log_dirs)}"
                               + (f" ({counted(len(unread), 'input')} not read, e.g. {unread[0].path}: {unread[0].reason})"
-                                 if unread else "") + f"; nothing written to {out_dir}")
+                                 if unread else ""))
     prepare_output(out_dir, overwrite=overwrite)
     problems += file_problems
     problems += [Problem(folder, "no MLLOG log files in this folder") for folder in empty]
