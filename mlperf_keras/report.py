@@ -7,7 +7,8 @@ package's runs (systems/*.json, results/<system>/<benchmark>/result_<i>.txt).
 
 Exit status: 0 when every input was used, 1 when some input was skipped (each is named, with its
 reason, in the output and in report.md), 2 when nothing was written: no MLPerf log under any --logs folder,
-an --out this reporter did not write, or a flag error (one line on stderr each).
+an --out this reporter did not write, or a flag error (one line on stderr each). With --benchmark_results and no
+MLPerf log, only the benchmark scaling table is written (1).
 Pure Python: importing this must never import TensorFlow or Keras.
 """
 
