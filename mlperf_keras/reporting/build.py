@@ -65,9 +65,9 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     paths, empty, file_problems = find_log_files(folders, exclude=[out_dir])
     if not paths:
         unread = problems + file_problems
-        raise NothingToReport(f"no MLPerf log under {', '.join(log_dirs)}"
-                              + (f" ({counted(len(unread), 'input')} not read, e.g. {unread[0].path}: {unread[0].reason})"
-                                 if unread else ""))
+        example = f" ({counted(len(unread), 'input')} not read, e.g. {unread[0].path}: {unread[0].reason})" \
+            if unread else ""
+        raise NothingToReport(f"no MLPerf log under {', '.join(log_dirs)}{example}")
     prepare_output(out_dir, overwrite=overwrite)
     problems += file_problems
     problems += [Problem(folder, "no MLLOG log files in this folder") for folder in empty]
