@@ -50,10 +50,12 @@ import shutil
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from data_prep import cli, sharded
 from data_prep.imagenet import JPEG_QUALITY, BadImage, check_image
+from mlperf_keras import entry
+from mlperf_keras.config import counted
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 SPLITS = (("train", "train2017", "instances_train2017.json"), ("validation", "val2017", "instances_val2017.json"))
@@ -328,13 +330,14 @@ def prepare(raw_dir: str, output_dir: str, train_shards: int = 256, val_shards: 
                                 in_flight=max(2, 2 * num_workers))
                 seconds = time.time() - t
                 log(f"  {split}: wrote {writer.written:,} images ({writer.annotated:,} with objects, "
-                    f"{writer.num_objects:,} objects) in {shards[split]} shards, {seconds:.1f} s "
-                    f"({writer.written / max(seconds, 1e-9):,.0f} images/s with {max(1, num_workers)} workers)")
+                    f"{writer.num_objects:,} objects) in {counted(shards[split], 'shard')}, {seconds:.1f} s "
+                    f"({writer.written / max(seconds, 1e-9):,.0f} images/s with "
+                    f"{counted(max(1, num_workers), 'worker')})")
                 writers[split] = writer
                 converted += writer.written
             seconds = time.time() - t_convert
             log(f"converted {converted:,} images in {seconds:.1f} s ({converted / max(seconds, 1e-9):,.0f} "
-                f"images/s, {max(1, num_workers)} workers)")
+                f"images/s, {counted(max(1, num_workers), 'worker')})")
             shutil.copyfile(val_json, out.path(VAL_ANNOTATIONS))
             out.add(VAL_ANNOTATIONS, split="annotations")
             train, val = writers["train"], writers["validation"]
@@ -387,4 +390,4 @@ if __name__ == "__main__":
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     define_flags()
-    app.run(main)
+    entry.run(main)

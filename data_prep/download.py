@@ -25,6 +25,8 @@ Every file is downloaded to <name>.part and renamed to <name> only when complete
 resumes from the .part file (HTTP Range) on the next run; a file whose checksum does not match is deleted and the
 run fails. The sha256 of every downloaded file is appended to R/SHA256SUMS (`sha256sum -c SHA256SUMS` re-checks
 them). A line per file reports progress every --progress_seconds. Errors are one line on stderr, exit status 2.
+Exit status 1: --dataset=imagenet and some of its three files are not in R yet (the steps above say where to get
+them); 0 when every file is there and verified; 130 on Ctrl-C (run it again to resume).
 """
 from __future__ import annotations
 
@@ -42,8 +44,9 @@ import urllib.error
 import urllib.request
 import zipfile
 
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError
 
 
@@ -326,4 +329,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    entry.run(main)

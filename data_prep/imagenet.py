@@ -33,9 +33,11 @@ import tarfile
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from data_prep import cli, sharded
+from mlperf_keras import entry
+from mlperf_keras.config import counted
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
@@ -406,12 +408,14 @@ def prepare(raw_dir: str, output_dir: str, train_shards: int = 1024, val_shards:
                 sharded.convert(pool, process_chunk, tar_path, items, writer, chunk, log,
                                 in_flight=max(2, 2 * num_workers))
                 seconds = time.time() - t
-                log(f"  {split}: wrote {writer.written:,} images in {shards[split]} shards, {seconds:.1f} s "
-                    f"({writer.written / max(seconds, 1e-9):,.0f} images/s with {max(1, num_workers)} workers)")
+                log(f"  {split}: wrote {writer.written:,} images in {counted(shards[split], 'shard')}, {seconds:.1f} s "
+                    f"({writer.written / max(seconds, 1e-9):,.0f} images/s with "
+                    f"{counted(max(1, num_workers), 'worker')})")
                 splits.append(writer)
                 converted += len(items)
             log(f"converted {converted:,} images in {time.time() - t_convert:.1f} s "
-                f"({converted / max(time.time() - t_convert, 1e-9):,.0f} images/s, {max(1, num_workers)} workers)")
+                f"({converted / max(time.time() - t_convert, 1e-9):,.0f} images/s, "
+                f"{counted(max(1, num_workers), 'worker')})")
             train, val = splits
             with open(out.path("synsets.txt"), "w") as f:
                 f.write("".join(f"{wnid}\n" for wnid in wnids))
@@ -480,4 +484,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    entry.run(main)

@@ -23,8 +23,9 @@ import time
 from typing import Mapping
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.layers import backbone_weights
 
@@ -130,9 +131,13 @@ def main(argv):
     print(f"wrote {count} backbone arrays to {FLAGS.output} in {time.time() - start:.1f} s")
 
 
-if __name__ == "__main__":
+def define_flags():
     flags.DEFINE_string("detectron_pickle", None, "Detectron's ImageNetPretrained/MSRA/R-50.pkl (the Mask R-CNN "
                         "reference's pretrained backbone)")
     flags.DEFINE_string("output", None, "The .npz to write (for layers.maskrcnn.load_backbone_weights)")
     flags.mark_flags_as_required(["detectron_pickle", "output"])
-    app.run(main)
+
+
+if __name__ == "__main__":
+    define_flags()
+    entry.run(main)

@@ -18,9 +18,10 @@ import time
 import zipfile
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from data_prep import cli
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 HEADER = "userId,movieId,rating,timestamp"
@@ -211,4 +212,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    entry.run(main)

@@ -21,8 +21,9 @@ import time
 from typing import Mapping
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.layers import backbone_weights
 
@@ -150,10 +151,14 @@ def main(argv):
     print(f"wrote {count} backbone tensors to {FLAGS.output} in {time.time() - start:.1f} s")
 
 
-if __name__ == "__main__":
+def define_flags():
     flags.DEFINE_string("torchvision_checkpoint", None,
                         "torchvision ResNet-34 ImageNet state dict (resnet34-333f7ec4.pth, as the SSD reference uses)")
     flags.DEFINE_string("output", None, "The .npz to write; train with python -m mlperf_keras.train --model=ssd "
                         "--backbone_weights=<this file>")
     flags.mark_flags_as_required(["torchvision_checkpoint", "output"])
-    app.run(main)
+
+
+if __name__ == "__main__":
+    define_flags()
+    entry.run(main)

@@ -5,8 +5,9 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import MANIFEST_NAME, DataError, check_files, check_manifest, verify_files
 
 flags.DEFINE_string("data_dir", None, "A folder written by a data_prep command.", required=True)
@@ -32,4 +33,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    entry.run(main)

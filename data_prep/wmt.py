@@ -51,6 +51,7 @@ import numpy as np
 from absl import app, flags
 
 from data_prep import cli
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 CORPORA = {  # name -> (file stem inside the archive, the archive WMT distributes it in)
@@ -544,8 +545,8 @@ def define_flags():
     flags.DEFINE_enum("vocab_kind", "subword", list(VOCAB_KINDS), "subword: the Transformer reference's "
                       "tensor2tensor SubwordTextEncoder (closed division); unigram or bpe: a sentencepiece model "
                       "(bpe for GNMT).")
-    flags.DEFINE_integer("vocab_size", 33_708, "Entries of a sentencepiece vocabulary (unigram 33,708; GNMT BPE "
-                         "32,000); --vocab_kind=subword sizes itself by --subword_min_count.")
+    flags.DEFINE_integer("vocab_size", 33_708, "--vocab_kind=unigram or bpe: entries of the sentencepiece vocabulary "
+                         "(unigram 33,708); --vocab_kind=subword sizes itself by --subword_min_count.")
     flags.DEFINE_integer("subword_min_count", 6, "--vocab_kind=subword: keep subwords counted at least this often in "
                          "the token sample (the reference's 6, 33,708 entries on WMT17); 0 searches for the size "
                          "nearest 32,768 as the reference's --search.")
@@ -566,12 +567,38 @@ def define_flags():
                       "gnmt runs data_prep.wmt_gnmt (WMT16, Moses + BPE; --max_length defaults to 50 there).")
 
 
+# The vocabulary flags only one kind of preparation reads; data_prep.wmt_gnmt (--workload=gnmt: Moses + subword-nmt
+# BPE sized by its --bpe_merges) reads none of them, nor the Transformer's cleaning options.
+SENTENCEPIECE_ONLY_FLAGS = ("vocab_size", "vocab_sample", "byte_fallback")
+SUBWORD_ONLY_FLAGS = ("subword_min_count", "vocab_file")
+NOT_FOR_GNMT_FLAGS = ("vocab_kind", *SENTENCEPIECE_ONLY_FLAGS, *SUBWORD_ONLY_FLAGS, "max_ratio", "drop_empty")
+
+
+def refuse_flags_that_do_not_apply(values) -> None:
+    """Every flag given acts, or the command stops here, before any work, naming what it does not apply to."""
+    def given(names):
+        return [f"--{name}" for name in names if values[name].present]
+
+    if values.workload == "gnmt":
+        unused = given(NOT_FOR_GNMT_FLAGS)
+        if unused:
+            raise app.UsageError(f"{', '.join(unused)}: not for --workload=gnmt, whose data_prep.wmt_gnmt uses Moses "
+                                 f"and subword-nmt BPE (its size: python -m data_prep.wmt_gnmt --bpe_merges=N)")
+        return
+    unused, kind = (given(SUBWORD_ONLY_FLAGS), "subword") if values.vocab_kind in SENTENCEPIECE_KINDS else \
+        (given(SENTENCEPIECE_ONLY_FLAGS), "unigram or bpe")
+    if unused:
+        raise app.UsageError(f"{', '.join(unused)}: only for --vocab_kind={kind}, not --vocab_kind={values.vocab_kind} "
+                             f"(--workload={values.workload})")
+
+
 def main(argv):
     del argv
+    refuse_flags_that_do_not_apply(FLAGS)
     if FLAGS.workload == "gnmt":  # WMT16 with Moses + subword-nmt BPE: data_prep/wmt_gnmt.py
         from data_prep import wmt_gnmt
 
-        cli.run_or_report(wmt_gnmt.prepare, FLAGS.raw_dir, FLAGS.output_dir,
+        cli.run_or_report(wmt_gnmt.prepare, FLAGS.raw_dir, FLAGS.output_dir, corpora=FLAGS.corpora,
                           max_length=FLAGS.max_length if FLAGS["max_length"].present else 50,
                           num_shards=FLAGS.num_shards, seed=FLAGS.seed, threads=FLAGS.threads,
                           overwrite=FLAGS.overwrite)
@@ -586,4 +613,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    entry.run(main)

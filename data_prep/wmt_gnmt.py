@@ -36,10 +36,11 @@ import os
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from data_prep import cli
 from data_prep.wmt import check_corpora_and_shards, read_raw_corpus, write_test_sgm
+from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
 CORPORA = {  # name -> (file stem inside the archive, the archive WMT16 distributes it in)
@@ -292,4 +293,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    entry.run(main)

@@ -28,8 +28,9 @@ import sys
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras import train as train_cli  # defines the shared training flags
 from mlperf_keras.config import EXIT_DIVERGED, ConfigError
 
@@ -123,8 +124,7 @@ def save_batch(path: str, host_batch) -> None:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv   # entry.run refuses positional arguments
     if FLAGS.backend:
         os.environ["KERAS_BACKEND"] = FLAGS.backend
     from mlperf_keras import quiet
@@ -246,4 +246,4 @@ def _decode_main(workload, config, dist, manifest) -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    entry.run(main)

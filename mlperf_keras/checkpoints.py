@@ -39,6 +39,7 @@ def save(directory: str, name: str, config: RunConfig, epoch: int | None, model,
         for i, v in enumerate(variables):
             arrays[f"{prefix}_{i}"] = np.asarray(v.numpy() if hasattr(v, "numpy") else v.value)
     path = os.path.join(directory, name)
+    os.makedirs(directory, exist_ok=True)   # train checks it can be created, and creates it only once the run starts
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:

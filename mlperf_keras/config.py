@@ -35,7 +35,8 @@ class ConfigError(ValueError):
 # data, output folder); 3 it ran and was aborted because the model diverged (non-finite loss or metric); 4 the MLPerf
 # log could not be written (disk full); 5 it ran to --max_epochs without reaching the target (run_stop aborted: a
 # complete log of a run that did not converge, which MLPerf counts as such; the chief's status, the other workers
-# exit 0, so a launcher such as horovodrun reports its own non-zero status).
+# exit 0, so a launcher such as horovodrun reports its own non-zero status); 128 + N it was stopped by signal N
+# (SIGTERM: 143; loop.RunStopped). Flag errors and --help: mlperf_keras/entry.py.
 EXIT_BAD_START, EXIT_DIVERGED, EXIT_LOG_FAILED, EXIT_NOT_CONVERGED = 2, 3, 4, 5
 
 
@@ -50,6 +51,11 @@ def quality_target(model: str, ruleset: str):
         raise ConfigError(f"--model={model} is not part of MLPerf ruleset {ruleset} "
                           f"(it exists in: {', '.join(sorted(targets))})")
     return targets[ruleset]
+
+
+def counted(count: int, noun: str) -> str:
+    """'1 worker', '2 workers', '1,000 shards': a count with its noun, plural by adding s."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def format_quality(value) -> str:

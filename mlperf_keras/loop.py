@@ -10,11 +10,12 @@ import dataclasses
 import datetime
 import importlib.metadata
 import math
+import signal
 import time
 
 from mlperf_keras import mlperf_log
 from mlperf_keras.mlperf_log import C
-from mlperf_keras.config import RunConfig, format_quality, quality_finite
+from mlperf_keras.config import RunConfig, counted, format_quality, quality_finite
 from mlperf_keras.workloads.base import RepeatedBatch
 
 
@@ -28,6 +29,26 @@ class RunResult:
     samples_per_second: float   # global training throughput, mean over epochs
     reason: str | None = None   # why an aborted run ended early (a non-finite loss or metric); None: max_epochs
     resumed_from: str | None = None  # the checkpoint a resumed run started from (never an MLPerf result)
+
+
+class RunStopped(Exception):
+    """The run was stopped from outside (SIGTERM from the user or a launcher, Ctrl-C) after its log opened: the log
+    ends with run_stop aborted and the run_stop line was printed; result says how far it got, exit_status is what
+    the process exits with (128 + the signal)."""
+
+    def __init__(self, result: RunResult, exit_status: int):
+        super().__init__(result.reason)
+        self.result, self.exit_status = result, exit_status
+
+
+def _stop_signal(error: BaseException) -> int | None:
+    """The signal number behind a stop from outside: Ctrl-C, or the SystemExit(128 + signal) that the entry points'
+    SIGTERM handlers raise; None for any other error."""
+    if isinstance(error, KeyboardInterrupt):
+        return signal.SIGINT
+    if isinstance(error, SystemExit) and isinstance(error.code, int) and 128 < error.code < 128 + signal.NSIG:
+        return error.code - 128
+    return None
 
 
 def _framework_versions(backend: str) -> str:
@@ -53,6 +74,8 @@ class _Progress:
 
     def __init__(self, config: RunConfig, enabled: bool):
         self.config, self.enabled = config, enabled
+        # How far the run got, for the run_stop line of a run stopped from outside mid-epoch.
+        self.epochs_done, self.quality = 0, None
 
     def say(self, message: str):
         if self.enabled:
@@ -159,13 +182,26 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
                 progress.say(f"final model and optimizer state: {path}")
         return result
     except BaseException as error:
-        if run_started and not isinstance(error, mlperf_log.LogWriteError):
+        if not run_started or isinstance(error, mlperf_log.LogWriteError):
+            raise
+        signum = _stop_signal(error)
+        if signum is None:
             reason = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-            try:
-                log.end(C.RUN_STOP, metadata={"status": "aborted", "reason": reason})
-            except mlperf_log.LogWriteError:
-                pass  # the original error is what the user needs to see
-        raise
+        else:
+            reason = f"stopped by {signal.Signals(signum).name}"
+        try:
+            log.end(C.RUN_STOP, metadata={"status": "aborted", "reason": reason})
+        except mlperf_log.LogWriteError:
+            pass  # the original error is what the user needs to see
+        if signum is None:
+            raise
+        seconds = time.time() - clock_start
+        progress.say(f"run_stop: aborted ({reason}) after {counted(progress.epochs_done, 'epoch')}, {_hms(seconds)}"
+                     + (f"; {workload.metric_name} {format_quality(progress.quality)}"
+                        if progress.quality is not None else ""))
+        result = RunResult("aborted", progress.epochs_done, progress.quality, log_path, seconds, 0.0, reason=reason,
+                           resumed_from=resume_from)
+        raise RunStopped(result, 128 + signum) from error
     finally:
         log.close()
 
@@ -268,8 +304,9 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
                                stop_on_non_finite=dist.world_size == 1, first=epoch == start_epoch)
         epoch_seconds = time.time() - epoch_start
         # A TrainData that counts its epoch's samples (GNMT's real tokens) gives them; else steps x global batch.
-        counted = train.epoch_samples() if hasattr(train, "epoch_samples") else None
-        throughput = (counted if counted is not None else train.steps_per_epoch * samples_per_step) / epoch_seconds
+        counted_samples = train.epoch_samples() if hasattr(train, "epoch_samples") else None
+        throughput = ((counted_samples if counted_samples is not None else train.steps_per_epoch * samples_per_step)
+                      / epoch_seconds)
         throughputs.append(throughput)
         log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch + base})
         # Decided together: a worker whose own last loss is finite must stop too, or it would wait in the evaluation.
@@ -300,6 +337,7 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
             if workload.target_reached(quality, config):
                 status = "success"
         epoch_ends.append(time.time())
+        progress.epochs_done, progress.quality = epoch + 1, quality
         elapsed = epoch_ends[-1] - clock_start
         line += f"  elapsed {_hms(elapsed)}"
         remaining = eta_seconds(epoch_ends, config.max_epochs - epoch - 1)
@@ -315,13 +353,13 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
             break
     seconds = time.time() - clock_start
     if reason:
-        progress.say(f"run_stop: aborted after {epoch + 1} epochs: {reason}")
+        progress.say(f"run_stop: aborted after {counted(epoch + 1, 'epoch')}: {reason}")
         return RunResult("aborted", epoch + 1, None, None, seconds, sum(throughputs) / max(1, len(throughputs)),
                          reason=reason)
     verdict = "reached the target" if status == "success" else f"stopped at max_epochs={config.max_epochs}"
-    progress.say(f"run_stop: {status} ({verdict}) after {epoch + 1} epochs, {_hms(seconds)}; "
+    progress.say(f"run_stop: {status} ({verdict}) after {counted(epoch + 1, 'epoch')}, {_hms(seconds)}; "
                  f"{workload.metric_name} {format_quality(quality)}" if quality is not None else f"run_stop: {status}")
     return RunResult(status, epoch + 1, quality, None, seconds, sum(throughputs) / max(1, len(throughputs)))
 
 
-__all__ = ["RunResult", "run"]
+__all__ = ["RunResult", "RunStopped", "run"]

@@ -25,15 +25,20 @@ class LogWriteError(OSError):
 
 
 def check_output_dir(path: str, flag: str = "--output_dir") -> None:
-    """A folder we can create files in (created if missing); one-line ConfigError otherwise. Runs before anything
-    expensive, so a typo does not cost a data load."""
+    """A folder we can create files in, or one we can create; one-line ConfigError otherwise. Runs before anything
+    expensive, so a typo does not cost a data load. A missing folder is not created here but when the log opens
+    (new_log_path), so a start that fails leaves nothing behind: its nearest existing parent is probed instead."""
     from mlperf_keras.config import ConfigError
 
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{flag}={path} is a file, not a folder")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"{flag}={path} cannot be created: {existing} is a file, not a folder")
     try:
-        os.makedirs(path, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=existing)
         os.close(fd)
         os.remove(probe)
     except OSError as e:

@@ -12,6 +12,9 @@ What prints at start-up, and what hides it (TensorFlow 2.21, JAX 0.10, Linux):
 - "Unable to initialize backend 'tpu': ... Failed to open libtpu.so" (JAX probing for a TPU): an INFO record of the
   Python logger jax._src.xla_bridge, printed by absl's log handler; that logger is set to WARNING, so JAX's
   warnings (e.g. a GPU without a CUDA-enabled jaxlib) still show.
+- tqdm progress bars of libraries a run calls (subword-nmt's learn_bpe draws one over its merges while the GNMT demo
+  prepares its data; the run prints its own progress lines): TQDM_DISABLE=1, set unless the user set it. tqdm reads
+  it when tqdm is first imported, so apply() sets it before anything imports tqdm.
 TF_CPP_MIN_LOG_LEVEL=0 in the environment turns all of this off (everything prints, as without apply()).
 """
 from __future__ import annotations
@@ -59,6 +62,7 @@ def apply(import_tensorflow: bool | None = None) -> None:
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TQDM_DISABLE", "1")
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
     if import_tensorflow is None:

@@ -6,15 +6,18 @@ under --out: report.md, tables/*.csv, charts/*.png|svg, and the MLPerf submissio
 package's runs (systems/*.json, results/<system>/<benchmark>/result_<i>.txt).
 
 Exit status: 0 when every input was used, 1 when some input was skipped (each is named, with its
-reason, in the output and in report.md), 2 when the report could not be written at all.
+reason, in the output and in report.md), 2 when nothing was written: no MLPerf log under any --logs folder,
+an --out this reporter did not write, or a flag error (one line on stderr each). With --benchmark_results and no
+MLPerf log, only the benchmark scaling table is written (1).
 Pure Python: importing this must never import TensorFlow or Keras.
 """
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
-from mlperf_keras.reporting.build import build_report, summarize_problems
+from mlperf_keras import entry
+from mlperf_keras.reporting.build import NothingToReport, build_report, summarize_problems
 from mlperf_keras.reporting.submission import OutputNotOurs
 
 FLAGS = flags.FLAGS
@@ -63,6 +66,14 @@ def main(argv):
         report = build_report(log_dirs, FLAGS.out, baseline=FLAGS.baseline, overwrite=FLAGS.overwrite,
                               check_compliance=FLAGS.compliance, draw_charts=FLAGS.charts,
                               default_round=FLAGS.round)
+    except NothingToReport as error:
+        if not FLAGS.benchmark_results:
+            print(f"error: {error}; nothing written to {FLAGS.out}", file=sys.stderr)
+            return EXIT_FAILED
+        # The benchmark results alone still make their scaling table.
+        print(f"warning: {error}; only the benchmark scaling table is written", file=sys.stderr)
+        _write_benchmark_scaling()
+        return EXIT_SKIPPED
     except OutputNotOurs as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -79,10 +90,7 @@ def main(argv):
             print(f"  {estimate['model']:12s} {'ESTIMATE ' + str(estimate.get('gpus') or '?') + ' GPUs':40s} "
                   f"{text:>12s}  estimate, not measured")
     if FLAGS.benchmark_results:
-        from mlperf_keras.reporting import benchmark_scaling
-
-        scaling = benchmark_scaling.write(FLAGS.benchmark_results, FLAGS.out, draw_chart=FLAGS.charts)
-        print(f"benchmark scaling ({len(scaling)} rows): {FLAGS.out}/tables/benchmark_scaling.csv")
+        _write_benchmark_scaling()
     for result in report.results[:MAX_PRINTED_RESULTS]:
         score = f"{result.score_min:.2f} min" if result.score_min is not None else "no score"
         print(f"  {result.benchmark:12s} {result.system:40s} {score:>12s}  {result.status}")
@@ -96,10 +104,17 @@ def main(argv):
     return EXIT_SKIPPED if report.skipped else EXIT_OK
 
 
+def _write_benchmark_scaling():
+    from mlperf_keras.reporting import benchmark_scaling
+
+    scaling = benchmark_scaling.write(FLAGS.benchmark_results, FLAGS.out, draw_chart=FLAGS.charts)
+    print(f"benchmark scaling ({len(scaling)} rows): {FLAGS.out}/tables/benchmark_scaling.csv")
+
+
 def run():
     """Console-script entry point (setup.py)."""
     define_flags()
-    app.run(main)
+    entry.run(main, takes_arguments=True)
 
 
 if __name__ == "__main__":

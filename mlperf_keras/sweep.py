@@ -26,8 +26,9 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags
+from absl import flags
 
+from mlperf_keras import entry
 from mlperf_keras.config import EXIT_NOT_CONVERGED
 from mlperf_keras.reporting.logfiles import read_events
 from mlperf_keras.reporting.parse import parse_log
@@ -267,7 +268,7 @@ def main(argv):
 def run():
     """Console-script entry point (setup.py)."""
     define_flags()
-    app.run(main)
+    entry.run(main, takes_arguments=True)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ import secrets
 import signal
 import sys
 
-from absl import app, flags
+from absl import flags
 
 # Exit statuses (config.py says what each means): 0 target reached, 2 bad start, 3 diverged, 4 log not written,
-# 5 stopped at --max_epochs without the target.
+# 5 stopped at --max_epochs without the target (entry.py: what absl's own exits become).
+from mlperf_keras import entry
 from mlperf_keras.config import (EXIT_BAD_START, EXIT_DIVERGED, EXIT_LOG_FAILED, EXIT_NOT_CONVERGED, MODEL_NAMES,
-                                 PRECISIONS, RULESETS, SEED_LIMIT, ConfigError)
+                                 PRECISIONS, RULESETS, SEED_LIMIT, ConfigError, counted)
 
 flags.DEFINE_enum("model", "ncf", list(MODEL_NAMES), "The MLPerf workload to train.")
 flags.DEFINE_string("data_dir", None, "A dataset prepared by python -m data_prep.<dataset>. Without it: the "
@@ -104,8 +105,8 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool, clos
     if global_batch <= 0:
         raise ConfigError(f"--batch_size must be positive, got {global_batch}")
     if global_batch % (dist.world_size * dist.devices_per_worker):
-        raise ConfigError(f"global batch {global_batch} does not split evenly over {dist.world_size} workers x "
-                          f"{dist.devices_per_worker} devices")
+        raise ConfigError(f"global batch {global_batch} does not split evenly over "
+                          f"{counted(dist.world_size, 'worker')} x {counted(dist.devices_per_worker, 'device')}")
     model_name, count, memory = system.detect_accelerators()
     platform = values.platform or (model_name.replace(" ", "_").lower() if count else "cpu")
     peak = values.peak_tflops or (system.peak_tflops(model_name, values.precision) if count else None)
@@ -270,7 +271,7 @@ def dry_run(config, workload, manifest) -> None:
     print(config.to_json())
     print(f"parameters: {params}")
     print(f"global batch: {config.global_batch_size} {workload.batch_unit} ({config.per_worker_batch_size} per "
-          f"worker x {config.num_workers} workers)")
+          f"worker x {counted(config.num_workers, 'worker')})")
     print(f"steps per epoch: {workload.steps_per_epoch(config, manifest)}")
     for line in workload.describe(config):
         print(line)
@@ -282,9 +283,20 @@ def dry_run(config, workload, manifest) -> None:
         print(f"  {key}={config.hparams[key]!r}  {tunable.describe(config.model, config.ruleset, key)}")
 
 
+def print_summary(result) -> None:
+    """The run's last stdout line, one JSON object, however it ended."""
+    summary = {"status": result.status, "epochs": result.epochs, "quality": result.quality,
+               "minutes": round(result.seconds / 60, 3), "log": result.log_path}
+    if result.reason:
+        summary["reason"] = result.reason
+    if result.resumed_from:
+        summary["resumed_from"] = result.resumed_from
+        summary["valid_mlperf_result"] = False
+    print(json.dumps(summary), flush=True)
+
+
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv   # entry.run refuses positional arguments
     if FLAGS.backend:
         os.environ["KERAS_BACKEND"] = FLAGS.backend
     from mlperf_keras import quiet
@@ -309,7 +321,13 @@ def main(argv):
                   f"precision {config.precision}, ruleset {config.ruleset}", flush=True)
         from mlperf_keras import loop
 
-        result = loop.run(config, workload, dist, manifest)
+        try:
+            result = loop.run(config, workload, dist, manifest)
+        except loop.RunStopped as stopped:
+            if dist.is_chief:
+                print_summary(stopped.result)
+            print(f"error: run aborted: {stopped.result.reason}", file=sys.stderr)
+            return stopped.exit_status
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_START
@@ -325,14 +343,7 @@ def main(argv):
         print(f"error: {records.data_loss_message(e, FLAGS.data_dir, manifest)}", file=sys.stderr)
         return EXIT_BAD_START
     if dist.is_chief:
-        summary = {"status": result.status, "epochs": result.epochs, "quality": result.quality,
-                   "minutes": round(result.seconds / 60, 3), "log": result.log_path}
-        if result.reason:
-            summary["reason"] = result.reason
-        if result.resumed_from:
-            summary["resumed_from"] = result.resumed_from
-            summary["valid_mlperf_result"] = False
-        print(json.dumps(summary), flush=True)
+        print_summary(result)
     if result.reason:
         print(f"error: run aborted: {result.reason}", file=sys.stderr)
         return EXIT_DIVERGED
@@ -346,7 +357,7 @@ def main(argv):
 
 
 def run_main():
-    app.run(main)
+    entry.run(main)
 
 
 if __name__ == "__main__":

@@ -280,3 +280,14 @@ def test_bad_raw_input_is_one_clear_line_and_leaves_nothing(tmp_path, breakage):
     assert not out.exists() or os.listdir(out) == []  # no manifest, no shard, no staging folder
     with pytest.raises(DataError, match=message.replace("(", r"\(")):
         coco.prepare(raw, str(tmp_path / "out2"), num_workers=0, log=lambda _: None)
+
+
+def test_log_lines_say_1_shard_and_1_worker(tmp_path):
+    """Issue 32: the demo's preparation printed "in 1 shards" and "with 1 workers"."""
+    demo_coco.write_raw(str(tmp_path / "raw"), num_train=2, num_val=1, size=(40, 30), seed=2)
+    lines = []
+    coco.prepare(str(tmp_path / "raw"), str(tmp_path / "out"), train_shards=1, val_shards=1, num_workers=0,
+                 log=lines.append)
+    text = "\n".join(lines)
+    assert "in 1 shard," in text and "with 1 worker)" in text and ", 1 worker)" in text, text
+    assert "1 shards" not in text and "1 workers" not in text, text

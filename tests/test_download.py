@@ -184,7 +184,7 @@ def test_imagenet_explains_the_login_and_checks_files_already_there(tmp_path):
 
 
 def test_help_shows_the_modules_own_flags():
-    proc = run_cli("data_prep.download", "--help", timeout=120)   # absl's --help exits with status 1
+    proc = run_cli("data_prep.download", "--help", timeout=120)
     for flag in ("--dataset", "--raw_dir", "--progress_seconds", "movielens|coco2017|wmt17|wmt16|imagenet"):
         assert flag in proc.stdout, proc.stdout
 

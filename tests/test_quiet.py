@@ -76,3 +76,17 @@ def test_importing_tensorflow_through_apply_prints_none_of_its_start_up_lines():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "oneDNN custom operations" not in proc.stderr, proc.stderr
     assert "absl::InitializeLog" not in proc.stderr and "cpu_feature_guard" not in proc.stderr, proc.stderr
+
+
+def test_library_progress_bars_are_off_after_apply():
+    """subword-nmt's learn_bpe (the GNMT demo's data preparation) draws a tqdm bar over its merges (issue 32)."""
+    code = """
+import io
+from mlperf_keras import quiet
+quiet.apply()
+from subword_nmt.learn_bpe import learn_bpe
+learn_bpe(iter(["lower lowest newer newest wider widest\\n"] * 20), io.StringIO(), 5, min_frequency=2)
+"""
+    proc = _python(code, KERAS_BACKEND="numpy")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "it/s]" not in proc.stderr and "%|" not in proc.stderr, proc.stderr[-2000:]

@@ -1,10 +1,11 @@
 """Reporter: bad inputs are named with a reason, the rest is still reported, the exit status says so."""
 import os
 
+import numpy as np
 import pytest
 
 from mlperf_keras.reporting import example_logs as ex
-from mlperf_keras.reporting.build import build_report
+from mlperf_keras.reporting.build import NothingToReport, build_report
 from mlperf_keras.reporting.submission import OutputNotOurs
 from tests.conftest import run_cli
 
@@ -31,6 +32,7 @@ def make_bad_folder(root):
     with open(unknown, "w") as handle:
         handle.write(text)
     write(logs, "same_seed_again.log", benchmark="ncf", seed=2, start_s=1.7e9 + 7000)
+    (logs / "random_bytes.log").write_bytes(np.random.default_rng(0).bytes(4096))
     empty = root / "empty"
     empty.mkdir()
     return str(logs), str(empty)
@@ -45,9 +47,11 @@ def test_each_bad_input_is_named_with_its_reason_and_the_rest_reported(tmp_path)
     assert "unknown benchmark 'minigo'" in reasons["unknown_benchmark.log"]
     assert "seed 2 already used by good_seed2.log" in reasons["same_seed_again.log"]
     assert "no MLLOG log files" in reasons["empty"]
+    assert "no MLPerf log line" in reasons["random_bytes.log"]
     assert sorted(r.seed for r in report.records) == [1, 2, 3]
     text = open(report.report_path).read()
-    for name in ("truncated.log", "no_run_stop.log", "unknown_benchmark.log", "same_seed_again.log"):
+    for name in ("truncated.log", "no_run_stop.log", "unknown_benchmark.log", "same_seed_again.log",
+                 "random_bytes.log"):
         assert name in text
 
 
@@ -59,6 +63,21 @@ def test_cli_exit_status_says_whether_anything_was_skipped(tmp_path):
     assert "skipped:" in bad.stderr and "truncated.log" in bad.stderr and "empty" in bad.stderr
     assert os.path.exists(tmp_path / "out" / "report.md")
     # Exit 0 when nothing is skipped: see test_report_cli.py.
+
+
+def test_no_log_at_all_writes_nothing_and_says_so_in_one_line(tmp_path):
+    """Issue 32: an empty report.md and CSVs looked like a report of nothing; now nothing is written, exit 2."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.log").write_bytes(b"\x00\xff" * 100)
+    with pytest.raises(NothingToReport, match="notes.log"):
+        build_report([str(empty)], str(tmp_path / "in_process"), draw_charts=False)
+    assert not (tmp_path / "in_process").exists()
+    proc = run_cli("mlperf_keras.report", "--logs", str(empty), "--out", str(tmp_path / "out"), "--nocharts",
+                   timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: no MLPerf log under"), proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_results_folder_we_did_not_write_is_not_replaced(tmp_path):

@@ -15,6 +15,8 @@ import os
 import shutil
 import tempfile
 
+from mlperf_keras.config import counted
+
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
 
@@ -156,7 +158,7 @@ def verify_files(data_dir: str, manifest: dict, progress=print, checksum_limit_b
         checked = len(manifest["files"][rank::world_size])
         progress(f"verified {checked} of {len(manifest['files'])} files of {data_dir} against its manifest "
                  f"(the other workers check the rest): {what}" if world_size > 1 else
-                 f"verified {checked} files of {data_dir} against its manifest: {what}")
+                 f"verified {counted(checked, 'file')} of {data_dir} against its manifest: {what}")
 
 
 def split_shards(manifest: dict, split: str) -> list[dict]:
@@ -189,6 +191,8 @@ OFFICIAL_COUNTS = {
     "movielens-20m": (("ratings", lambda c: c["train_positives"] + c["eval_users"], 20_000_263),),
     # newstest2014 En-De; the training pair count after the reference's cleaning is not pinned here.
     "wmt17-en-de": (("newstest2014 sentences", lambda c: c["eval_sentences"], 3_003),),
+    # GNMT evaluates on the same newstest2014 En-De (data_prep/wmt_gnmt.py).
+    "wmt16-en-de": (("newstest2014 sentences", lambda c: c["eval_sentences"], 3_003),),
 }
 
 # Whether StagedOutput.commit refuses counts that differ from OFFICIAL_COUNTS: the data_prep commands turn it on

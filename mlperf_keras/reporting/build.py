@@ -17,6 +17,7 @@ from typing import List, Optional
 
 import pandas as pd
 
+from mlperf_keras.config import counted
 from mlperf_keras.reporting import charts, compliance, tables
 from mlperf_keras.reporting.logfiles import find_log_files
 from mlperf_keras.reporting.parse import display_path, parse_logs
@@ -26,6 +27,10 @@ from mlperf_keras.reporting.score import drop_duplicate_seeds, score_all
 from mlperf_keras.reporting.submission import (prepare_output, system_description, write_results,
                                                write_ruleset_views, write_system_file)
 from mlperf_keras.reporting.systems import identity_notes
+
+
+class NothingToReport(Exception):
+    """No MLPerf log under any of the folders: nothing is written (an empty report would look like a result)."""
 
 
 @dataclasses.dataclass
@@ -57,8 +62,13 @@ def build_report(log_dirs, out_dir, baseline=None, overwrite=False, check_compli
     """
     problems = [Problem(d, "not a folder") for d in log_dirs if not os.path.isdir(d)]
     folders = [d for d in log_dirs if os.path.isdir(d)]
-    prepare_output(out_dir, overwrite=overwrite)
     paths, empty, file_problems = find_log_files(folders, exclude=[out_dir])
+    if not paths:
+        unread = problems + file_problems
+        example = f" ({counted(len(unread), 'input')} not read, e.g. {unread[0].path}: {unread[0].reason})" \
+            if unread else ""
+        raise NothingToReport(f"no MLPerf log under {', '.join(log_dirs)}{example}")
+    prepare_output(out_dir, overwrite=overwrite)
     problems += file_problems
     problems += [Problem(folder, "no MLLOG log files in this folder") for folder in empty]
 

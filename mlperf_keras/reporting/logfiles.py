@@ -76,6 +76,9 @@ def find_log_files(folders, exclude=()):
                     problems.append(Problem(path, f"cannot read: {error}"))
                 elif has_token:
                     found.append(path)
+                elif name.lower().endswith(".log"):
+                    # Named as a log (ours are <model>_seed<N>_<time>.log): say why it is not used.
+                    problems.append(Problem(path, "no MLPerf log line (binary or not an MLPerf log): not read"))
         if not found:
             empty.append(folder)
         files.extend(found)
