@@ -100,7 +100,7 @@ def test_sigterm_prints_the_run_stop_line_and_the_summary(prepared_ncf, tmp_path
     runs = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "mlperf_keras.train", f"--data_dir={prepared_ncf}",
                              f"--output_dir={runs}", "--seed=4", "--max_epochs=200", "--nojit_compile",
-                             "--hparams=mf_dim=8,mlp_layers=32-32-16,batch_size=4096"],
+                             "--division=open", "--hparams=mf_dim=8,mlp_layers=32-32-16,batch_size=4096"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     killer = threading.Timer(300, proc.kill)
