@@ -132,7 +132,8 @@ def main(argv):
     from mlperf_keras.inputs.manifest import DataError
 
     try:
-        dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"))
+        dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"), FLAGS.coordinator_address,
+                                 FLAGS.num_processes, FLAGS.process_id)
         values = train_cli.with_values(FLAGS, synthetic=FLAGS.synthetic or FLAGS.data_dir is None, dry_run=False)
         workload, manifest, config = train_cli.resolve(values, dist)
         model, step = loop.build(config, workload, dist, manifest)
