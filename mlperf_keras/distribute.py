@@ -182,6 +182,13 @@ class JaxDataParallel(SingleProcess):
         self._replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         if self.world_size == 1:
             keras.distribution.set_distribution(self.distribution)
+        else:
+            # Gloo connects the processes at their first collective and gives up after a fixed wait; here they are
+            # together (jax.distributed.initialize returned on all), whereas the run's first collective
+            # (broadcast_variables) comes after each has built its model, which can be far apart (seen in a test
+            # whose second process built a smaller model: "Gloo context initialization failed ... timed out
+            # connecting").
+            self._allgather(np.zeros(1, np.uint8))
         # With several processes Keras variables stay on this process's devices and the train step's state is
         # replicated over every process's (replicate()): a Keras variable created under the distribution is a
         # device_put onto all processes' devices, which JAX refuses unless its value is the same in each, and the

@@ -72,4 +72,9 @@ for x, y in global_batches():
 step.sync_to_model()
 np.savez(os.path.join(out_dir, f"rank{dist.rank}_of{dist.world_size}.npz"),
          *[np.asarray(w.numpy() if hasattr(w, "numpy") else w) for w in model.weights])
-print(f"rank {dist.rank}/{dist.world_size}: {dist.describe()}", flush=True)
+hosts = ""
+if dist.name == "horovod":   # how many hosts Horovod counted (its cross communicator: one rank per host)
+    import horovod.tensorflow as hvd
+
+    hosts = f", {hvd.cross_size()} hosts"
+print(f"rank {dist.rank}/{dist.world_size}: {dist.describe()}{hosts}", flush=True)
