@@ -17,6 +17,7 @@ over every process's devices, and over this process's for predict), and `devices
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
 
@@ -307,6 +308,8 @@ def start_jax_distributed(coordinator_address=None, num_processes=None, process_
     # The preemption service takes SIGTERM for itself (it logs "SIGTERM caught" and the process runs on): a launcher
     # that ends the job would then leave a log without run_stop. train.py's own handler exits through the loop.
     jax.config.update("jax_enable_preemption_service", False)
+    # Its INFO lines (service started, connecting, preemption service disabled) would open every run's output.
+    logging.getLogger("jax._src.distributed").setLevel(logging.WARNING)
     try:
         jax.distributed.initialize(coordinator_address, num_processes, process_id,
                                    initialization_timeout=INITIALIZATION_TIMEOUT_SECONDS,
