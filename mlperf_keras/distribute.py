@@ -353,9 +353,9 @@ def create(backend: str, coordinator_address: str | None = None, num_processes: 
         start_jax_distributed(coordinator_address, num_processes, process_id)
         return JaxDataParallel()
     if launched_workers() > 1:
-        raise ConfigError(f"{launched_workers()} workers were launched by horovodrun, which starts TensorFlow "
-                          f"workers; with JAX start one process per host with --coordinator_address, "
-                          f"--num_processes and --process_id (or use srun / mpirun)")
+        raise ConfigError(f"{launched_workers()} workers were launched by a launcher jax.distributed cannot join "
+                          f"(horovodrun starts TensorFlow workers); with JAX start one process per host with "
+                          f"--coordinator_address, --num_processes and --process_id (or use srun / Open MPI's mpirun)")
     import jax
 
     devices = jax.local_devices()
