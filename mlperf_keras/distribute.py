@@ -4,10 +4,11 @@
 - Horovod (TensorFlow backend, under horovodrun): one process per GPU, pinned by local_rank; gradients averaged with
   horovod.tensorflow inside the train step (outside the XLA-compiled part: Horovod ops have no XLA kernel); initial
   variables broadcast from rank 0; metrics summed exactly across ranks.
-- JaxDataParallel (JAX backend): keras.distribution.DataParallel replicates the variables over every device of every
-  process; each batch is split over the devices and XLA inserts the gradient all-reduce inside the jitted step. One
-  process uses its local devices; several processes (one per host, or one per GPU under srun/mpirun) join through
-  jax.distributed first, each feeding its own share of the global batch.
+- JaxDataParallel (JAX backend): data parallel over the mesh of keras.distribution.DataParallel; the train step's state
+  is replicated on every device, each batch is split over them and XLA inserts the gradient all-reduce inside the
+  jitted step. One process uses its local devices (and sets the distribution, which replicates the Keras variables);
+  several processes (one per host, or one per GPU under srun/mpirun) join through jax.distributed first, each feeding
+  its own share of the global batch, and replicate only the step's state (JaxDataParallel.__init__ says why).
 
 The rest of the code asks only `rank`, `world_size`, `is_chief`, `sum_across_workers`, `gather_rows` (the COCO
 evaluator, metrics/coco.py), `average_variables` (batch-norm statistics before evaluating, loop.py), and (in
