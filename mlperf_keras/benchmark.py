@@ -134,7 +134,8 @@ def main(argv):
     from mlperf_keras.inputs.manifest import DataError
 
     try:
-        dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"))
+        dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"), FLAGS.coordinator_address,
+                                 FLAGS.num_processes, FLAGS.process_id)
         values = train_cli.with_values(FLAGS, synthetic=FLAGS.synthetic or FLAGS.data_dir is None, dry_run=False)
         # No MLPerf result is written here: an --hparams item the closed division may not change is timed, and the
         # result says its configuration is open-division, rather than being refused as train refuses it.

@@ -108,14 +108,17 @@ class _JaxTrainStep:
         self._step = wrap(step, donate_argnums=(0,))
         self._predict = wrap(predict)
         self._state = self._read_state()
+        self._predict_state = self._predict_state_for = None
 
     def _read_state(self):
         # Copies: the step donates its state buffers, and the Keras variables must stay readable until sync.
         import jax.numpy as jnp
 
-        return ([jnp.copy(v.value) for v in self.model.trainable_variables],
-                [jnp.copy(v.value) for v in self.model.non_trainable_variables],
-                [jnp.copy(v.value) for v in self.optimizer.variables])
+        # With several processes the state is replicated over every process's devices (the variables are not).
+        copy = lambda v: self.dist.replicate(jnp.copy(v.value))  # noqa: E731
+        return ([copy(v) for v in self.model.trainable_variables],
+                [copy(v) for v in self.model.non_trainable_variables],
+                [copy(v) for v in self.optimizer.variables])
 
     def __call__(self, x, y):
         loss, self._state = self._step(self._state, *self.dist.shard_batch((x, y)))
@@ -128,17 +131,25 @@ class _JaxTrainStep:
         return jax.block_until_ready(self.dist.shard_batch(jax.tree_util.tree_map(jax.numpy.asarray, batch)))
 
     def predict(self, x):
-        trainable, non_trainable, _ = self._state
-        return _to_numpy(self._predict(trainable, non_trainable, x))
+        # Each process evaluates its own share, whose batch count may differ from the others': the model runs on
+        # this process's devices (a jit over every process's devices would be a collective all must join).
+        if self._predict_state_for is not self._state:
+            trainable, non_trainable, _ = self._state
+            self._predict_state = ([self.dist.local_replica(v) for v in trainable],
+                                   [self.dist.local_replica(v) for v in non_trainable])
+            self._predict_state_for = self._state
+        return _to_numpy(self._predict(*self._predict_state, x))
 
     def sync_to_model(self):
+        # This process's copy: whatever reads the model afterwards (an evaluator's own decoder, a checkpoint) computes
+        # on this process alone.
         trainable, non_trainable, opt_vars = self._state
         for var, value in zip(self.model.trainable_variables, trainable):
-            var.assign(value)
+            var.assign(self.dist.local_replica(value))
         for var, value in zip(self.model.non_trainable_variables, non_trainable):
-            var.assign(value)
+            var.assign(self.dist.local_replica(value))
         for var, value in zip(self.optimizer.variables, opt_vars):
-            var.assign(value)
+            var.assign(self.dist.local_replica(value))
 
     def reload_from_model(self):
         """Take the Keras variables' values as the step's state again (after a checkpoint was restored into them)."""

@@ -69,6 +69,13 @@ flags.DEFINE_string("checkpoint_dir", None, "Save model and optimizer state here
 flags.DEFINE_integer("keep_checkpoints", 2, "Epoch checkpoints kept in --checkpoint_dir.")
 flags.DEFINE_bool("resume", False, "Continue from the newest checkpoint in --checkpoint_dir (same model, seed, "
                   "batch and hparams). A resumed run is logged as such and is NOT a valid MLPerf result.")
+flags.DEFINE_string("coordinator_address", None, "JAX across hosts: HOST:PORT where process 0 serves "
+                    "jax.distributed (a free port on the first host), the same on every process. With "
+                    "--num_processes and --process_id; under srun or mpirun all three come from the launcher.")
+flags.DEFINE_integer("num_processes", None, "JAX across hosts: how many processes train together (one per host "
+                     "uses every local GPU).")
+flags.DEFINE_integer("process_id", None, "JAX across hosts: this process's index, 0 (the one that writes the MLLOG "
+                     "file) to --num_processes - 1.")
 FLAGS = flags.FLAGS
 
 
@@ -110,7 +117,8 @@ def build_config(values, workload, dist, manifest: dict | None, demo: bool, clos
     model_name, count, memory = system.detect_accelerators()
     platform = values.platform or (model_name.replace(" ", "_").lower() if count else "cpu")
     peak = values.peak_tflops or (system.peak_tflops(model_name, values.precision) if count else None)
-    seed = values.seed if values.seed is not None else secrets.randbelow(SEED_LIMIT)
+    # One seed for the run on every worker: the logged one (JAX also needs it for identical initial weights).
+    seed = values.seed if values.seed is not None else dist.from_chief(secrets.randbelow(SEED_LIMIT))
     config = RunConfig(
         model=values.model, ruleset=values.ruleset, seed=seed, precision=values.precision,
         global_batch_size=global_batch,
@@ -311,7 +319,8 @@ def main(argv):
 
     try:
         check_flags(FLAGS)  # before the backend and the distribution start
-        dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"))
+        dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"), FLAGS.coordinator_address,
+                                 FLAGS.num_processes, FLAGS.process_id)
         workload, manifest, config = prepare(FLAGS, dist)
         if FLAGS.dry_run:
             dry_run(config, workload, manifest)
