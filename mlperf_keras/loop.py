@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import importlib.metadata
 import math
+import re
 import signal
 import time
 
@@ -186,7 +187,7 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
             raise
         signum = _stop_signal(error)
         if signum is None:
-            reason = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            reason = _error_reason(error)
         else:
             reason = f"stopped by {signal.Signals(signum).name}"
         try:
@@ -204,6 +205,14 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
         raise RunStopped(result, 128 + signum) from error
     finally:
         log.close()
+
+
+def _error_reason(error: BaseException, limit: int = 300) -> str:
+    """The run_stop reason of a run that ended in an error: its first line, with a phrase that repeats back to back
+    said once (XLA's runtime errors nest "Error dispatching computation: " once per level, which would fill the
+    limit before the cause, such as a dead peer's Gloo connection), cut at limit characters."""
+    text = f"{type(error).__name__}: {error}".splitlines()[0]
+    return re.sub(r"([^:]{3,120}: )\1+", r"\1", text)[:limit]
 
 
 def build(config, workload, dist, manifest):

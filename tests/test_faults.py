@@ -534,3 +534,15 @@ def test_corrupt_tfrecord_is_named(tmp_path):
             pass
     message = records.data_loss_message(caught.value, str(tmp_path), manifest)
     assert message.startswith(str(tmp_path / names[1]) + ": corrupt TFRecord") and "\n" not in message
+
+
+def test_run_stop_reason_says_a_nested_runtime_error_once_and_keeps_its_cause():
+    """XLA nests 'Error dispatching computation: ' once per level; 300 characters of that would hide the cause (a
+    dead peer's Gloo connection in a multi-process JAX run)."""
+    from mlperf_keras.loop import _error_reason
+
+    error = RuntimeError("INTERNAL: " + "Error dispatching computation: " * 20 + "Gloo all-reduce failed: "
+                         "Connection reset by peer\nsecond line")
+    assert _error_reason(error) == ("RuntimeError: INTERNAL: Error dispatching computation: Gloo all-reduce failed: "
+                                    "Connection reset by peer")
+    assert _error_reason(ValueError("x" * 400)) == "ValueError: " + "x" * 288

@@ -98,8 +98,8 @@ def test_jax_two_process_training_writes_one_log_with_global_values(prepared_ncf
     out = tmp_path / "runs"
     procs = start_jax_processes(
         lambda c, i: [sys.executable, "-m", "mlperf_keras.train", f"--data_dir={prepared_ncf}", f"--output_dir={out}",
-                      "--seed=4", "--max_epochs=2", f"--hparams={SMALL}", f"--coordinator_address={c}",
-                      "--num_processes=2", f"--process_id={i}"],
+                      "--seed=4", "--max_epochs=2", "--division=open", f"--hparams={SMALL}",
+                      f"--coordinator_address={c}", "--num_processes=2", f"--process_id={i}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     (chief_code, chief_out, chief_err), (other_code, other_out, other_err) = finish(procs)
     # 2 epochs do not reach the target: the chief exits 5 (config.EXIT_NOT_CONVERGED), the other process 0.
@@ -113,7 +113,8 @@ def test_jax_two_process_training_writes_one_log_with_global_values(prepared_ncf
     assert values["num_workers"] == 2 and values["global_batch_size"] == 4096
     assert values["distribution"] == "jax DataParallel over 2 devices in 2 processes (jax.distributed)"
     # The whole eval set (every user of the prepared data, conftest: 940 kept) is evaluated once, merged.
-    assert values["eval_samples"] == json.load(open(os.path.join(prepared_ncf, "manifest.json")))["counts"]["eval_users"]
+    manifest = json.load(open(os.path.join(prepared_ncf, "manifest.json")))
+    assert values["eval_samples"] == manifest["counts"]["eval_users"]
     accuracies = [e["value"] for e in events if e["key"] == "eval_accuracy"]
     assert len(accuracies) == 2 and accuracies[-1] > 0.05
     (stop,) = [e for e in events if e["key"] == "run_stop"]
@@ -138,7 +139,7 @@ def test_jax_a_killed_process_ends_the_other_with_a_clear_error(prepared_ncf, tm
     out = tmp_path / "runs"
     procs = start_jax_processes(
         lambda c, i: [sys.executable, "-m", "mlperf_keras.train", f"--data_dir={prepared_ncf}", f"--output_dir={out}",
-                      "--seed=6", "--max_epochs=200", "--hparams=" + SMALL.replace("4096", "1024"),
+                      "--seed=6", "--max_epochs=200", "--division=open", "--hparams=" + SMALL.replace("4096", "1024"),
                       f"--coordinator_address={c}", "--num_processes=2", f"--process_id={i}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -180,7 +181,7 @@ def test_horovod_two_hosts_training_writes_one_log_and_a_killed_worker_ends_the_
     out = tmp_path / "runs"
     job = subprocess.Popen([*TWO_HOSTS, sys.executable, "-m", "mlperf_keras.train", f"--data_dir={prepared_ncf}",
                             f"--output_dir={out}", "--seed=6", "--max_epochs=200",
-                            "--hparams=" + SMALL.replace("4096", "1024")],
+                            "--division=open", "--hparams=" + SMALL.replace("4096", "1024")],
                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     try:
