@@ -184,7 +184,6 @@ def test_dry_run_prints_the_parameter_count(capsys):
     out = capsys.readouterr().out
     options = gnmt.GNMTOptions(vocab_size=40, hidden=16)
     assert f"parameters: {gnmt.parameter_count(options)}\n" in out
-    assert f"(the reference's count): {gnmt.parameter_count(options, 2)}" in out
     assert GNMT().reference_hparams("0.7")["vocab_size"] == 32_320
 
 

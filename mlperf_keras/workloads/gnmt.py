@@ -261,14 +261,6 @@ class GNMT(Workload):
         """BLEU is logged out of 100 in v0.5/v0.6 and as a fraction from v0.7 on."""
         return metric if config.ruleset in ("0.5", "0.6") else metric / 100.0
 
-    def describe(self, config):
-        from mlperf_keras.layers import gnmt
-
-        hp = config.hparams
-        options = gnmt.GNMTOptions(vocab_size=hp["vocab_size"], hidden=hp["hidden"], num_layers=hp["num_layers"])
-        return [f"parameters with PyTorch's two LSTM biases (the reference's count): "
-                f"{gnmt.parameter_count(options, biases_per_gate=2)}"]
-
     # -- Demo -----------------------------------------------------------------------------------------------------
 
     def write_demo_raw(self, raw_dir, log):
