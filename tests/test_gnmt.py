@@ -2,6 +2,7 @@
 WMT16-format corpus, the BLEU detokenisation, and a short run's MLLOG log against the official 0.7.0 checker."""
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -104,6 +105,55 @@ def test_prepared_counts_vocabulary_and_records(gnmt_data):
     assert histogram.sum() == 3000
 
 
+def reference_sampler_steps(source_lengths, target_lengths, batch_size, workers, max_length, num_buckets=5):
+    """BucketingSampler.__init__'s count (mlcommons/training rnn_translator/pytorch/seq2seq/data/sampler.py at
+    69dbe8b, lines 169-194): bucket_ids = max(src // width, tgt // width).clamp(0, num_buckets - 1), width
+    (max_len + num_buckets - 1) // num_buckets, then num_samples += len(bucket) // global_bs * global_bs."""
+    width = (max_length + num_buckets - 1) // num_buckets
+    bucket_ids = np.minimum(np.maximum(source_lengths // width, target_lengths // width), num_buckets - 1)
+    global_bs = batch_size * workers
+    return sum(int((bucket_ids == b).sum()) // global_bs for b in range(num_buckets))
+
+
+def test_two_workers_split_every_global_batch_by_rows_as_the_reference(gnmt_data):
+    """Two simulated workers: the reference's step count, full batches on both, disjoint rows whose union is each
+    bucket's full global batches (sampler.py at 69dbe8b: distribute_batches gives rank r rows r*B..(r+1)*B-1)."""
+    import tensorflow as tf
+
+    data_dir, manifest = gnmt_data
+    files = [os.path.join(data_dir, f["name"]) for f in manifest["files"] if f["split"] == "train"]
+    pairs = list(tf.data.TFRecordDataset(files).map(text.parse_pair).as_numpy_iterator())
+    src = np.array([len(p[0]) for p in pairs])
+    tgt = np.array([len(p[1]) for p in pairs])
+    batch, workers, max_length = 64, 2, 20
+    expected = reference_sampler_steps(src, tgt, batch, workers, max_length)
+    plan = text.sentence_bucket_plan(batch, max_length)
+    steps = text.global_batch_steps(plan, text.worker_length_histogram(manifest, 0, 1), workers)
+    assert steps == expected
+    rows = []
+    for rank in range(workers):
+        pipeline = text.GlobalBatchTrainPipeline(files, plan, max_length, steps, 512, seed=5, rank=rank,
+                                                 world_size=workers, as_numpy=True)
+        mine = list(pipeline.batches(epoch=1))
+        assert len(mine) == expected
+        worker_rows = []
+        for x, y in mine:
+            assert x["source"].shape[0] == batch and (x["source"][:, 0] == 2).all()   # full, no empty rows
+            worker_rows += [(tuple(s[s > 0]), tuple(t[t > 0])) for s, t in
+                            zip(x["source"], np.concatenate([x["target_input"][:, :1], y], axis=1))]
+        rows.append(worker_rows)
+    # Disjoint and drawn from the epoch's pairs: no pair is dealt more often than the data holds it (the generated
+    # corpus repeats some pairs, so this counts a multiset).
+    union = rows[0] + rows[1]
+    assert len(union) == expected * batch * workers
+    assert not collections.Counter(union) - collections.Counter((tuple(s), tuple(t)) for s, t in pairs)
+    # Each bucket gives exactly its full global batches, as the reference's sampler.
+    width = (max_length + 4) // 5
+    counts = np.bincount([min(max(len(s) // width, len(t) // width), 4) for s, t in union], minlength=5)
+    all_counts = np.bincount(np.minimum(np.maximum(src // width, tgt // width), 4), minlength=5)
+    np.testing.assert_array_equal(counts, all_counts // (batch * workers) * batch * workers)
+
+
 def test_eval_set_decodes_back_to_the_tokenised_test_source(gnmt_data):
     data_dir, manifest = gnmt_data
     sources, references, vocab_path = text.load_eval_records(data_dir, manifest)
@@ -158,7 +208,7 @@ def test_short_run_log_fails_the_official_checker_only_on_the_quality_target(gnm
     steps = workload.steps_per_epoch(config, manifest)
     histogram = np.sum([f["lengths"] for f in manifest["files"] if f["split"] == "train"], axis=0)
     per_bucket = np.bincount(np.minimum(np.arange(len(histogram)) // 4, 4), weights=histogram, minlength=5)
-    assert steps == int(np.ceil(per_bucket / 128).sum())  # every pair once: a partly empty last batch per bucket
+    assert steps == int((per_bucket // 128).sum())  # the reference sampler's full global batches per bucket
     total = steps * 8
     assert by_key["opt_learning_rate_remain_steps"]["value"] == int(0.666 * total)
     assert by_key["opt_learning_rate_decay_interval"]["value"] == (total - int(0.666 * total)) // 4

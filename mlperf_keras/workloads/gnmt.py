@@ -21,12 +21,11 @@ seq2seq/data/sampler.py, seq2seq/inference/beam_search.py.
   without <s>), counted per epoch over the real tokens of every batch.
 
 Differences:
-- Every training pair is seen once per epoch: the reference's sampler drops each bucket's remainder modulo the
-  global batch; here the last batch of a bucket is partly empty (empty rows weigh nothing, the loss divides by the
-  real sentences). Shuffling is a seeded buffer over shuffled shards (inputs/text.py), not a full permutation per
-  bucket; batches are padded to their bucket's length (fixed shapes, few compiles).
-- Keras' Adam puts epsilon outside the bias correction of the second moment (PyTorch inside); at eps 1e-8 the
-  difference is negligible.
+- Batches as the reference's BucketingSampler (seq2seq/data/sampler.py): each bucket cut into full global batches
+  (its remainder dropped every epoch), every worker taking its slice of every global batch
+  (text.GlobalBatchTrainPipeline), so steps per epoch are the reference's. Shuffling is a seeded buffer over
+  shuffled shards, not a full permutation per bucket; batches are padded to their bucket's length (fixed shapes,
+  few compiles).
 - The beam search scores finished hypotheses as they finish (decoding/beam_search.py says how this differs).
 
 Inputs of a training step: x = {"source": [B, S], "target_input": [B, T]}, y = [B, T]; ids 0 <pad>, 1 <unk>,
@@ -198,17 +197,21 @@ class GNMT(Workload):
         return int(np.count_nonzero(np.asarray(x["source"])) + np.count_nonzero(np.asarray(y)))
 
     def steps_per_epoch(self, config, manifest):
-        return text.epoch_steps(self.bucket_plan(config), manifest, config.num_workers,
-                                config.hparams["train_pairs"], config.hparams["max_length"])
+        """The reference sampler's count (text.global_batch_steps): full global batches per bucket, remainders
+        dropped; without a manifest (synthetic data), of a WMT-like length mix of train_pairs."""
+        hp = config.hparams
+        if manifest is None:
+            histogram = text.synthetic_length_histogram(hp["train_pairs"], hp["max_length"])
+        else:
+            histogram = text.worker_length_histogram(manifest, 0, 1)
+        return text.global_batch_steps(self.bucket_plan(config), histogram, config.num_workers)
 
     def train_data(self, config, dist, manifest):
-        plan = self.bucket_plan(config)
         steps = self.steps_per_epoch(config, manifest)
-        files = [os.path.join(config.data_dir, f["name"])
-                 for f in worker_shards(manifest, "train", dist.rank, dist.world_size)]
-        pipeline = text.StartTokenTrainPipeline(files, plan, config.hparams["max_length"], steps,
-                                                config.hparams["shuffle_buffer"], config.seed, dist.rank,
-                                                as_numpy=config.backend != "tensorflow")
+        files = [os.path.join(config.data_dir, f["name"]) for f in worker_shards(manifest, "train", 0, 1)]
+        pipeline = text.GlobalBatchTrainPipeline(files, self.bucket_plan(config), config.hparams["max_length"], steps,
+                                                 config.hparams["shuffle_buffer"], config.seed, dist.rank,
+                                                 dist.world_size, as_numpy=config.backend != "tensorflow")
         return _CountingTrainData(pipeline, steps, manifest["counts"]["train_pairs"], self, config, dist)
 
     def synthetic_train_data(self, config, dist):
