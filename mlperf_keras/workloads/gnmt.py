@@ -26,7 +26,9 @@ Differences:
   (text.GlobalBatchTrainPipeline), so steps per epoch are the reference's. Shuffling is a seeded buffer over
   shuffled shards, not a full permutation per bucket; batches are padded to their bucket's length (fixed shapes,
   few compiles).
-- The beam search scores finished hypotheses as they finish (decoding/beam_search.py says how this differs).
+- Beam search: the reference's (decoding.reference_gnmt_beam_search) in the closed division; --division=open with
+  --hparams=beam_search=per_hypothesis scores each hypothesis as it finishes, with its own attention sums
+  (decoding/beam_search.py).
 
 Inputs of a training step: x = {"source": [B, S], "target_input": [B, T]}, y = [B, T]; ids 0 <pad>, 1 <unk>,
 2 <s>, 3 </s>.
@@ -107,6 +109,7 @@ class GNMT(Workload):
             "beam_size": 5,
             "alpha": 0.6,                 # length normalisation ((5 + len) / 6) ** alpha
             "coverage_penalty": 0.1,
+            "beam_search": "reference",   # or per_hypothesis (open division): decoding/beam_search.py
             "max_decode_length": 150,     # positions with <s>, as the reference's --max-length-test
             "eval_batch_size": 128,       # the reference's --test-batch-size
             "eval_boundary_scale": 1.5,   # eval sources padded to 8 * 1.5^k (few compiled shapes)
@@ -137,6 +140,13 @@ class GNMT(Workload):
             raise ConfigError("--hparams dropout and label_smoothing must lie in [0, 1)")
         if hp["max_decode_length"] < 2 or hp["beam_size"] < 1:
             raise ConfigError("--hparams max_decode_length must be at least 2 and beam_size at least 1")
+        from mlperf_keras.decoding import SEARCHES
+
+        if hp["beam_search"] not in SEARCHES:
+            raise ConfigError(f"--hparams beam_search must be one of {', '.join(SEARCHES)}, not {hp['beam_search']!r}")
+        if config.closed_division and hp["beam_search"] != "reference":
+            raise ConfigError("--hparams beam_search=per_hypothesis is not the reference's search; pass "
+                              "--division=open to use it")
         self._manifest = manifest
 
     # -- Model ----------------------------------------------------------------------------------------------------
@@ -241,7 +251,7 @@ class GNMT(Workload):
                              boundary_scale=hp["eval_boundary_scale"], eos_id=EOS_ID, jit_compile=config.jit_compile,
                              beam_size=hp["beam_size"], alpha=hp["alpha"], extra_length=0,
                              max_length=hp["max_decode_length"] - 1, coverage_penalty=hp["coverage_penalty"],
-                             length_offset=1, start_id=BOS_ID)
+                             length_offset=1, start_id=BOS_ID, search=hp["beam_search"])
 
     # -- MLLOG ----------------------------------------------------------------------------------------------------
 
