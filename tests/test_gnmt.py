@@ -94,7 +94,8 @@ def test_prepared_counts_vocabulary_and_records(gnmt_data):
     assert counts["raw_pairs"] == 3002 and counts["dropped_latin1"] == 1 and counts["dropped_long"] == 1
     assert counts["train_pairs"] == 3000 and counts["eval_sentences"] == 100
     vocab = open(os.path.join(data_dir, "vocab.bpe.40"), encoding="utf-8").read().split("\n")[:-1]
-    assert vocab[:4] == ["<pad>", "<unk>", "<s>", "<\\s>"] and len(vocab) % 8 == 0 == counts["vocab_size"] % 8
+    assert vocab[:4] == ["<pad>", "<unk>", "<s>", "<\\s>"] and len(vocab) == counts["vocab_size"]
+    assert not [t for t in vocab if t.startswith("madeupword")]   # padded at training time, under fp16 only
     files = [os.path.join(data_dir, f["name"]) for f in manifest["files"] if f["split"] == "train"]
     pairs = list(tf.data.TFRecordDataset(files).map(text.parse_pair).as_numpy_iterator())
     assert len(pairs) == 3000
@@ -171,6 +172,54 @@ def test_bpe_vocabulary_removes_separators_and_detokenises(tmp_path):
     vocabulary = text.BpeVocabulary(str(path))
     assert vocabulary.decode([2, 8, 4, 5, 6, 7, 8, 3, 0]) == '"Hallo, Welt"'
     assert vocabulary.decode([4, 5, 1]) == "Hallo <unk>"
+
+
+def test_detokenises_with_english_rules_as_the_references_detokenizer_perl(tmp_path):
+    """The reference runs mosesdecoder's detokenizer.perl without -l (seq2seq/inference/inference.py at 69dbe8b),
+    whose default is `my $language = "en";`: an apostrophe-word joins the word before it (English only)."""
+    path = tmp_path / "vocab"
+    path.write_text("<pad>\n<unk>\n<s>\n<\\s>\nPeter\n&apos;s\nHaus\n")
+    vocabulary = text.BpeVocabulary(str(path))
+    assert vocabulary.decode([2, 4, 5, 6, 3]) == "Peter's Haus"           # German rules: "Peter 's Haus"
+    assert vocabulary.decode([4, 8]) == "Peter madeupword0001"            # padding ids: the reference's names
+
+
+def test_clean_corpus_drops_words_longer_than_1000_characters():
+    """clean-corpus-n.perl (mosesdecoder scripts/training, run by rnn_translator/download_dataset.sh at 69dbe8b):
+    `my $max_word_length = 1000;` and `next if $e =~ /[^\\s\\|]{$max_word_length_plus_one}/`."""
+    from data_prep import wmt_gnmt
+
+    en = ["a " + "x" * 1000, "a " + "x" * 1001, "b c", "d " + "y" * 600 + "|" + "y" * 600]
+    de = ["e f", "g h", "i " + "z" * 1001, "j k"]
+    kept_en, kept_de, dropped = wmt_gnmt.clean_corpus(en, de)
+    assert kept_en == [en[0], en[3]] and dropped == 2
+
+
+def test_vocabulary_is_padded_to_8_only_under_mixed_precision():
+    """seq2seq/utils.py pad_vocabulary at 69dbe8b: 8 for --math fp16, 1 for fp32 (the reference's default, so its
+    vocabulary is not padded); the Tokenizer pads to (size + pad - 1) // pad * pad."""
+    from mlperf_keras.workloads.gnmt import padded_vocab_size
+
+    assert padded_vocab_size(32_317, "fp32") == 32_317
+    assert padded_vocab_size(32_317, "fp16") == 32_320
+    assert padded_vocab_size(32_320, "fp16") == 32_320
+
+
+def test_bleu_is_the_references_sacrebleu_command_line_score():
+    """run_sacrebleu (seq2seq/inference/inference.py at 69dbe8b): `sacrebleu --score-only -lc --tokenize intl`,
+    sacrebleu 1.2.10 (requirements.txt): smooth 'exp' by default and the score printed '{:.2f}'. "a b c d" against
+    "a b x c": precisions 3/4, 1/3, 0/2 -> 100 / (2 x 2), 0/1 -> 100 / (4 x 1), brevity 1: BLEU =
+    (75 x 33.33 x 25 x 25)^(1/4) = sqrt(1250) = 35.355..., printed 35.36 (without smoothing: 0)."""
+    from mlperf_keras import distribute
+    from mlperf_keras import train as train_cli
+
+    values = train_values(model="gnmt", synthetic=True, seed=1, hparams="hidden=16,vocab_size=40,eval_sentences=1")
+    workload, manifest, config = train_cli.resolve(values, distribute.create("tensorflow"), say=lambda _: None)
+    workload.model = None   # the evaluator decodes with build_model's model; translate is replaced below
+    evaluator = workload.evaluator(config, distribute.create("tensorflow"), manifest)
+    evaluator.references = ["a b x c"]
+    evaluator.translate = lambda: ["a b c d"]
+    assert evaluator.evaluate(None) == 35.36
 
 
 def test_missing_and_misaligned_files_are_one_line_errors(tmp_path):

@@ -474,9 +474,12 @@ class GlobalBatchTrainPipeline:
 class BpeVocabulary:
     """A subword-nmt vocabulary file (one token a line, ids by line): ids -> text as the GNMT reference's
     Tokenizer.detokenize (join, remove the "@@ " separators, <pad>, <s> and </s>; <unk> stays) then Moses
-    detokenisation (sacremoses, for the reference's detokenizer.perl) for sacrebleu."""
+    detokenisation (sacremoses, for the reference's detokenizer.perl) for sacrebleu. The reference runs
+    detokenizer.perl without -l (seq2seq/inference/inference.py at 69dbe8b, run_detokenizer), so with its default
+    language, English, whatever the target language: lang="en". Ids past the file are the reference's padding
+    tokens madeupword0000, ... (a vocabulary padded to a multiple of 8 under fp16)."""
 
-    def __init__(self, path: str, lang: str = "de", dropped=(0, 2, 3)):
+    def __init__(self, path: str, lang: str = "en", dropped=(0, 2, 3)):
         with open(path, encoding="utf-8") as f:
             self.tokens = [line.rstrip("\n") for line in f]
         self.dropped = set(dropped)
@@ -487,8 +490,11 @@ class BpeVocabulary:
     def __len__(self):
         return len(self.tokens)
 
+    def token(self, i: int) -> str:
+        return self.tokens[i] if i < len(self.tokens) else f"madeupword{i - len(self.tokens):04d}"
+
     def subwords(self, ids) -> str:
-        words = " ".join(self.tokens[int(t)] for t in ids if int(t) not in self.dropped)
+        words = " ".join(self.token(int(t)) for t in ids if int(t) not in self.dropped)
         return words.replace("@@ ", "").replace("@@", "").strip()
 
     def decode(self, ids) -> str:

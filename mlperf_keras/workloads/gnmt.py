@@ -55,6 +55,14 @@ REFERENCE_LEARNING_RATE = 1e-3
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
+def padded_vocab_size(size: int, precision: str) -> int:
+    """The model's vocabulary: the prepared one padded to a multiple of 8 under mixed precision, as the reference's
+    Tokenizer under --math fp16 (seq2seq/utils.py pad_vocabulary at 69dbe8b: 8 for fp16, 1 for its default fp32;
+    bf16, which the reference does not have, pads as fp16). The padding ids are never in the data."""
+    pad = 1 if precision == "fp32" else 8
+    return (size + pad - 1) // pad * pad
+
+
 def smoothed_loss(targets, logits, smoothing: float):
     """The reference's LabelSmoothing summed over non-padding targets, divided by the sentences (non-empty rows)."""
     from keras import ops
@@ -155,8 +163,9 @@ class GNMT(Workload):
         from mlperf_keras.layers import gnmt
 
         hp = config.hparams
-        options = gnmt.GNMTOptions(vocab_size=hp["vocab_size"], hidden=hp["hidden"], num_layers=hp["num_layers"],
-                                   dropout=hp["dropout"], init_range=hp["init_range"])
+        options = gnmt.GNMTOptions(vocab_size=padded_vocab_size(hp["vocab_size"], config.precision),
+                                   hidden=hp["hidden"], num_layers=hp["num_layers"], dropout=hp["dropout"],
+                                   init_range=hp["init_range"])
         model = gnmt.GNMT(options, seed=config.seed, name="gnmt")
         model.build()
         self.label_smoothing = hp["label_smoothing"]
@@ -251,7 +260,8 @@ class GNMT(Workload):
                              boundary_scale=hp["eval_boundary_scale"], eos_id=EOS_ID, jit_compile=config.jit_compile,
                              beam_size=hp["beam_size"], alpha=hp["alpha"], extra_length=0,
                              max_length=hp["max_decode_length"] - 1, coverage_penalty=hp["coverage_penalty"],
-                             length_offset=1, start_id=BOS_ID, search=hp["beam_search"])
+                             length_offset=1, start_id=BOS_ID, search=hp["beam_search"], smooth_method="exp",
+                             decimals=2)
 
     # -- MLLOG ----------------------------------------------------------------------------------------------------
 
