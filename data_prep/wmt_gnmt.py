@@ -182,8 +182,8 @@ def prepare(raw_dir: str, output_dir: str, corpora=tuple(CORPORA), merges: int =
         test_tok = moses_tokenize(test_src, "en", threads)
         en, de, dropped_clean = clean_corpus(en, de)
         en, de, dropped_latin1 = latin1_filter(en, de)
-        log(f"cleaned: {len(en):,} pairs kept ({dropped_clean:,} outside 1-80 tokens or ratio 9, "
-            f"{dropped_latin1:,} not latin-1)")
+        log(f"cleaned: {len(en):,} pairs kept ({dropped_clean:,} outside 1-80 tokens, ratio 9 or with a word over "
+            f"1,000 characters, {dropped_latin1:,} not latin-1)")
         if not en:
             raise DataError(f"{raw_dir}: no training pair left after cleaning")
 
@@ -286,7 +286,8 @@ def define_flags():
     flags.DEFINE_integer("bpe_merges", 32_000, "Joint BPE merges (the reference: 32,000).")
     flags.DEFINE_integer("max_length", 50, "Discard training pairs with a side longer than this many tokens, <s> and "
                          "</s> included (the reference: 50; 75 allowed).")
-    flags.DEFINE_integer("num_shards", 100, "Training TFRecord shards; a worker reads every N-th shard.")
+    flags.DEFINE_integer("num_shards", 100, "Training TFRecord shards (every worker reads them all and takes its rows "
+                         "of each global batch).")
     flags.DEFINE_integer("seed", 0, "Seed of the shard shuffle.")
     flags.DEFINE_integer("threads", None, "Processes for tokenisation and BPE (default: all cores).")
 

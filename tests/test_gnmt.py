@@ -205,6 +205,23 @@ def test_vocabulary_is_padded_to_8_only_under_mixed_precision():
     assert padded_vocab_size(32_320, "fp16") == 32_320
 
 
+def test_our_beam_search_is_open_division_only():
+    from mlperf_keras import distribute
+    from mlperf_keras import train as train_cli
+    from mlperf_keras.config import ConfigError
+
+    dist = distribute.create("tensorflow")
+    for division, ok in (("closed", False), ("open", True)):
+        values = train_values(model="gnmt", synthetic=True, seed=1, division=division,
+                              hparams="hidden=16,vocab_size=40,beam_search=per_hypothesis")
+        workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
+        if ok:
+            workload.check(config, manifest)
+        else:
+            with pytest.raises(ConfigError, match="--division=open"):
+                workload.check(config, manifest)
+
+
 def test_bleu_is_the_references_sacrebleu_command_line_score():
     """run_sacrebleu (seq2seq/inference/inference.py at 69dbe8b): `sacrebleu --score-only -lc --tokenize intl`,
     sacrebleu 1.2.10 (requirements.txt): smooth 'exp' by default and the score printed '{:.2f}'. "a b c d" against
@@ -286,20 +303,22 @@ def test_dry_run_prints_the_parameter_count(capsys):
     assert GNMT().reference_hparams("0.7")["vocab_size"] == 32_320
 
 
-@pytest.mark.slow  # about 3-5 minutes on 2 CPU cores: data generation and preparation, tracing, ~6 epochs
-def test_demo_reaches_its_target(tmp_path):
-    """`python -m mlperf_keras.train --model=gnmt` without --data_dir: generated WMT16-format data, prepared by
-    data_prep.wmt_gnmt, a width-64 GNMT trained until BLEU >= the demo target."""
+@pytest.mark.slow  # about 3 minutes on 2 CPU cores: data generation and preparation, tracing, the demo's epochs
+def test_demo_reaches_its_target_at_v07_on_a_non_default_seed(tmp_path):
+    """`python -m mlperf_keras.train --model=gnmt --ruleset=0.7 --seed=23` without --data_dir: generated WMT16-format
+    data, prepared by data_prep.wmt_gnmt, a width-64 GNMT trained until BLEU >= the demo target. The demo must
+    converge for any seed at every ruleset (the README's GNMT section lists the seeds tried); the default seed 1 at
+    v0.5 once passed while a fresh seed at v0.7 ended at BLEU 35.6."""
     from mlperf_keras import distribute, loop
     from mlperf_keras import train as train_cli
 
-    values = train_values(model="gnmt", output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"), seed=1,
-                          jit_compile=False)
+    values = train_values(model="gnmt", output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"), seed=23,
+                          ruleset="0.7", jit_compile=False)
     dist = distribute.create("tensorflow")
     workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
-    assert config.demo and config.quality_target == workload.demo_target == 60.0
+    assert config.demo and config.quality_target == workload.demo_target
     result = loop.run(config, workload, dist, manifest)
-    assert result.status == "success" and result.quality >= 60.0, result
+    assert result.status == "success" and result.quality >= workload.demo_target, result
 
 
 @pytest.mark.parametrize("batch, hparams, expected", [

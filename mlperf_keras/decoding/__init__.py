@@ -106,4 +106,5 @@ def strip_eos(ids, eos_id: int) -> list[int]:
     return out
 
 
-__all__ = ["SEARCHES", "Translator", "translate_fn", "beam_search", "reference_gnmt_beam_search", "coverage_score", "length_penalty", "strip_eos"]
+__all__ = ["SEARCHES", "Translator", "translate_fn", "beam_search", "reference_gnmt_beam_search", "coverage_score",
+           "length_penalty", "strip_eos"]

@@ -11,11 +11,13 @@ compiled step sees one shape per bucket (XLA compiles a few dozen shapes once, i
 rows and positions weigh nothing in the loss. Because each bucket emits ceil(count / batch size) batches per pass
 whatever the order, steps per epoch follow from the length histogram alone, which the manifest stores per shard.
 
-Per-worker sharding happens on files, before any shuffling: worker r reads shards r, r + W, ...; it shuffles its
-shard order and then examples (a seeded buffer) per epoch, deterministically for a given seed, rank and epoch.
-Every pair is read exactly once per epoch across the workers: an epoch has as many steps as the worker with the most
-batches needs, and a worker with fewer ends its epoch with empty batches (all padding: no loss, no gradient), as
-the reference's single-worker epoch is one full pass with partial last batches per bucket.
+TrainPipeline (the Transformer's) shards per worker on files, before any shuffling: worker r reads shards r, r + W,
+...; it shuffles its shard order and then examples (a seeded buffer) per epoch, deterministically for a given seed,
+rank and epoch. Every pair is read exactly once per epoch across the workers: an epoch has as many steps as the
+worker with the most batches needs, and a worker with fewer ends its epoch with empty batches (all padding: no loss,
+no gradient), as the Transformer reference's single-worker epoch is one full pass with partial last batches per
+bucket. GNMT's batches are dealt differently, by rows of full global batches as its reference's sampler
+(GlobalBatchTrainPipeline, at the end of this module).
 Everything except TrainPipeline, load_eval_records, load_eval_set and the TFRecord helpers is NumPy only (no TensorFlow import), so the
 synthetic source serves JAX-only machines.
 """
@@ -501,4 +503,5 @@ class BpeVocabulary:
         return self.detokenizer.detokenize(self.subwords(ids).split())
 
 
-__all__ += ["sentence_bucket_plan", "GlobalBatchTrainPipeline", "global_batch_steps", "load_eval_records", "BpeVocabulary"]
+__all__ += ["sentence_bucket_plan", "GlobalBatchTrainPipeline", "global_batch_steps", "load_eval_records",
+            "BpeVocabulary"]
