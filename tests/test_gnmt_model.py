@@ -157,7 +157,8 @@ def test_runs_and_trains_on_jax():
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["shape"] == [1, 2, 40]
-    assert all(result["nonzero"]) and len(result["nonzero"]) == 35  # 9 LSTMs x 3, embedding, classifier 2, attention 5
+    # 9 LSTMs x 4 (kernel, recurrent kernel, bias_ih, bias_hh), embedding, classifier 2, attention 5
+    assert all(result["nonzero"]) and len(result["nonzero"]) == 44
 
 
 _JAX_SCAN = """

@@ -31,7 +31,8 @@ Differences:
 - Shuffling is a seeded buffer over shuffled shards, not a full permutation per bucket followed by one of the
   global batches; batches are padded to their bucket's length (fixed shapes, few compiles).
 - --division=open with --hparams=beam_search=per_hypothesis: decoding.beam_search instead of the reference's
-  search (K live and K finished hypotheses, each scored as it finishes with its own attention sums).
+  search (K live and K finished hypotheses, each scored as it finishes with its own attention sums); on the demo
+  it scored 63.01 against the reference's 62.99 (README, GNMT): no measurable gain.
 
 Inputs of a training step: x = {"source": [B, S], "target_input": [B, T]}, y = [B, T]; ids 0 <pad>, 1 <unk>,
 2 <s>, 3 </s>.
