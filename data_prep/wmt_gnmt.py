@@ -12,13 +12,16 @@ As the reference's data script (mlcommons/training rnn_translator/download_datas
 pytorch/scripts/filter_dataset.py at 69dbe8b, the v0.6/v0.7 reference):
 1. Moses tokenisation of every side (`tokenizer.perl -l en/-l de`, escaping on: sacremoses' MosesTokenizer with
    escape=True, the same rules in Python);
-2. clean-corpus-n.perl 1 80 on the training pairs: drop pairs with a side of fewer than 1 or more than 80 tokens, or
-   whose token counts differ by more than the script's default ratio 9;
+2. clean-corpus-n.perl 1 80 on the training pairs: drop pairs with a side of fewer than 1 or more than 80 tokens,
+   whose token counts differ by more than the script's default ratio 9, or with a word (a run of characters other
+   than whitespace and |) longer than the script's default -max-word-length 1000;
 3. drop training pairs that Python cannot encode as latin-1 (filter_dataset.py);
 4. joint BPE (subword-nmt learn_bpe, 32,000 merges, min frequency 2) learned on the German then the English side,
    applied to the training pairs and the test source;
-5. vocabulary = <pad>, <unk>, <s>, </s> + the BPE tokens of the training text by frequency (get_vocab.py), padded
-   with madeupwordNNNN to a multiple of 8 (seq2seq/data/tokenizer.py with --math fp16: 32,320 entries);
+5. vocabulary = <pad>, <unk>, <s>, </s> + the BPE tokens of the training text by frequency (get_vocab.py), not
+   padded: the reference's Tokenizer pads with madeupwordNNNN to a multiple of 8 only under --math fp16
+   (seq2seq/utils.py pad_vocabulary; its default fp32 pads to 1), which the GNMT workload does at training time
+   (workloads/gnmt.py padded_vocab_size);
 6. ids = <s> + tokens + </s> (unknown tokens: <unk>); training pairs with a side longer than --max_length (50 with
    <s> and </s>, the reference's --max-length-train; 75 allowed) are discarded, the test set never.
 Training pairs are shuffled with --seed into --num_shards TFRecord shards ("inputs", "targets"), each listed in the
@@ -50,7 +53,7 @@ CORPORA = {  # name -> (file stem inside the archive, the archive WMT16 distribu
 }
 SPECIALS = ("<pad>", "<unk>", "<s>", "<\\s>")   # the reference's tokens (its EOS is spelled <\s>)
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-CLEAN_MIN, CLEAN_MAX, CLEAN_RATIO = 1, 80, 9.0
+CLEAN_MIN, CLEAN_MAX, CLEAN_RATIO, CLEAN_MAX_WORD = 1, 80, 9.0, 1000
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -83,14 +86,19 @@ def moses_tokenize(lines, lang: str, threads: int = 1) -> list[str]:
     return _map_chunks(_tokenize_chunk, lang, lines, threads)
 
 
-def clean_corpus(en, de, min_tokens=CLEAN_MIN, max_tokens=CLEAN_MAX, ratio=CLEAN_RATIO):
-    """clean-corpus-n.perl: whitespace collapsed; pairs outside [min, max] tokens or beyond the length ratio go."""
+def clean_corpus(en, de, min_tokens=CLEAN_MIN, max_tokens=CLEAN_MAX, ratio=CLEAN_RATIO,
+                 max_word_length=CLEAN_MAX_WORD):
+    """clean-corpus-n.perl: whitespace collapsed; pairs outside [min, max] tokens, beyond the length ratio, or with
+    a run of more than max_word_length characters other than whitespace and | go."""
+    import re
+
+    long_word = re.compile(r"[^\s|]{%d}" % (max_word_length + 1))
     keep_en, keep_de, dropped = [], [], 0
     for a, b in zip(en, de):
         a, b = " ".join(a.split()), " ".join(b.split())
         na, nb = len(a.split()), len(b.split())
         if not (min_tokens <= na <= max_tokens and min_tokens <= nb <= max_tokens) or na / nb > ratio \
-                or nb / na > ratio:
+                or nb / na > ratio or long_word.search(a) or long_word.search(b):
             dropped += 1
             continue
         keep_en.append(a)
@@ -139,10 +147,9 @@ def apply_bpe(lines, codes_path: str, threads: int = 1) -> list[str]:
 
 
 def build_vocabulary(bpe_lines) -> list[str]:
-    """The specials, the BPE tokens by descending frequency (get_vocab.py's order), padded to a multiple of 8."""
+    """The specials, then the BPE tokens by descending frequency (get_vocab.py's order)."""
     counts = collections.Counter(tok for line in bpe_lines for tok in line.split())
     vocab = list(SPECIALS) + [tok for tok, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-    vocab += [f"madeupword{i:04d}" for i in range(-len(vocab) % 8)]
     return vocab
 
 
@@ -176,8 +183,8 @@ def prepare(raw_dir: str, output_dir: str, corpora=tuple(CORPORA), merges: int =
         test_tok = moses_tokenize(test_src, "en", threads)
         en, de, dropped_clean = clean_corpus(en, de)
         en, de, dropped_latin1 = latin1_filter(en, de)
-        log(f"cleaned: {len(en):,} pairs kept ({dropped_clean:,} outside 1-80 tokens or ratio 9, "
-            f"{dropped_latin1:,} not latin-1)")
+        log(f"cleaned: {len(en):,} pairs kept ({dropped_clean:,} outside 1-80 tokens, ratio 9 or with a word over "
+            f"1,000 characters, {dropped_latin1:,} not latin-1)")
         if not en:
             raise DataError(f"{raw_dir}: no training pair left after cleaning")
 
@@ -230,7 +237,7 @@ def prepare(raw_dir: str, output_dir: str, corpora=tuple(CORPORA), merges: int =
             "gnmt", "wmt16-en-de", counts,
             options={"corpora": list(corpora), "bpe_merges": merges, "max_length": max_length,
                      "num_shards": num_shards, "seed": seed, "tokenizer": "moses+subword-nmt",
-                     "clean": [CLEAN_MIN, CLEAN_MAX, CLEAN_RATIO], "pad_id": PAD_ID, "bos_id": BOS_ID,
+                     "clean": [CLEAN_MIN, CLEAN_MAX, CLEAN_RATIO, CLEAN_MAX_WORD], "pad_id": PAD_ID, "bos_id": BOS_ID,
                      "eos_id": EOS_ID, "unk_id": UNK_ID},
             source={"corpora": per_corpus, "test_source": test_src_path, "test_reference": test_ref_path})
     log(f"prepared {output_dir} in {time.time() - t0:.0f} s: {counts}")
@@ -280,7 +287,8 @@ def define_flags():
     flags.DEFINE_integer("bpe_merges", 32_000, "Joint BPE merges (the reference: 32,000).")
     flags.DEFINE_integer("max_length", 50, "Discard training pairs with a side longer than this many tokens, <s> and "
                          "</s> included (the reference: 50; 75 allowed).")
-    flags.DEFINE_integer("num_shards", 100, "Training TFRecord shards; a worker reads every N-th shard.")
+    flags.DEFINE_integer("num_shards", 100, "Training TFRecord shards (every worker reads them all and takes its rows "
+                         "of each global batch).")
     flags.DEFINE_integer("seed", 0, "Seed of the shard shuffle.")
     flags.DEFINE_integer("threads", None, "Processes for tokenisation and BPE (default: all cores).")
 

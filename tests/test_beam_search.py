@@ -95,13 +95,54 @@ def test_beam_one_equals_greedy_on_toy_tables(alpha):
     assert checked >= 6
 
 
-def test_batch_rows_are_independent_and_cache_rows_follow_their_beams():
+def test_batch_rows_are_independent():
     vocab, length = 6, 6
     table = toy_log_probs(vocab, length, 5)
     batched, _ = run_search(table, batch=3, beam=3, alpha=0.6, length=length)
     single, _ = run_search(table, batch=1, beam=3, alpha=0.6, length=length)
     for row in range(3):  # same table for every sentence: every row must equal the single-sentence search
         np.testing.assert_array_equal(batched[row], single[0])
+
+
+def second_order_step(table):
+    """step_fn of a model whose next token depends on the last two tokens: the one before `ids` comes only from the
+    cache, so a cache row that did not follow its beam when beams are re-ranked gives the wrong log-probabilities."""
+    t = ops.convert_to_tensor(table)   # [length, V (token before), V (token), V (next)]
+
+    def step(ids, position, cache):
+        rows = ops.take(t, position, axis=0)
+        logits = ops.take_along_axis(ops.take(rows, cache["previous"], axis=0),
+                                     ops.reshape(ids, (-1, 1, 1)), axis=1)[:, 0]
+        return logits, {"previous": ids}
+
+    return step
+
+
+@pytest.mark.parametrize("seed", [1, 11])  # tables whose best hypothesis is not the top beam at every step
+def test_cache_rows_follow_their_beams(seed):
+    vocab, length, beam = 4, 4, 128
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(length, vocab, vocab, vocab)).astype(np.float32) * 2.0
+    # EOS unlikely early: long hypotheses, whose later log-probabilities are read through a cache row that must have
+    # followed its beam through the re-rankings (with the cache left in place these two seeds end elsewhere).
+    logits[:, :, :, EOS] += np.array([-4.0, -2.0, 0.0, 2.0])[:, None, None]
+    table = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    cache = {"previous": ops.zeros((2 * beam,), "int32")}
+    seqs, scores = beam_search(second_order_step(table), cache, 2, beam, 0.6, length, EOS)
+    best, best_score = None, -np.inf
+    others = [t for t in range(vocab) if t != EOS]
+    for n in range(1, length + 1):
+        for prefix in itertools.product(others, repeat=n - 1):
+            seq, before, prev, lp = list(prefix) + [EOS], 0, 0, 0.0
+            for i, tok in enumerate(seq):
+                lp += table[i, before, prev, tok]
+                before, prev = prev, tok
+            if lp / penalty(0.6, n) > best_score:
+                best, best_score = seq, lp / penalty(0.6, n)
+    assert len(best) >= 3
+    for row in range(2):
+        assert list(np.asarray(seqs)[row, 0, 1:1 + len(best)]) == best
+        assert float(np.asarray(scores)[row, 0]) == pytest.approx(best_score, abs=1e-4)
 
 
 # -- The Transformer's incremental decoder ----------------------------------------------------------------------------
@@ -263,3 +304,85 @@ def test_beam_one_with_coverage_equals_greedy():
     seqs, _ = beam_search(toy_step_with_attention(table, attention), {"steps": ops.zeros((1,), "int32")}, 1, 1, 0.6,
                           length, EOS, coverage_penalty=0.1, source_length=5, length_offset=1)
     assert list(np.asarray(seqs)[0, 0, 1:1 + len(want)]) == want
+
+
+# -- The GNMT reference's own search (decoding.reference_gnmt_beam_search) -------------------------------------------
+# Hand-traced against SequenceGenerator.beam_search (mlcommons/training rnn_translator/pytorch/seq2seq/inference/
+# beam_search.py at 69dbe8b): a bigram "model" with known probabilities, ids 2 <s>, 3 </s> as the reference's.
+
+BOS_ID, EOS_ID = 2, 3
+
+
+def bigram_step(probabilities, attention, vocab=8, source_length=2):
+    """step_fn over P(next | token): the named probabilities of each row, the rest of the mass spread evenly; the
+    attention weights depend on the input token (uniform where not named)."""
+    table = np.zeros((vocab, vocab), np.float64)
+    weights = np.full((vocab, source_length), 1.0 / source_length, np.float32)
+    for token, row in probabilities.items():
+        rest = [t for t in range(vocab) if t not in row]
+        table[token, rest] = (1.0 - sum(row.values())) / len(rest)
+        for nxt, p in row.items():
+            table[token, nxt] = p
+    for token, w in attention.items():
+        weights[token] = w
+    logits = ops.convert_to_tensor(np.log(np.maximum(table, 1e-12)).astype(np.float32))
+    weights = ops.convert_to_tensor(weights)
+
+    def step(ids, position, cache):
+        return ops.take(logits, ids, axis=0), ops.take(weights, ids, axis=0), cache
+
+    return step
+
+
+def reference_search(step, beam, alpha, beta, length, source_length=2):
+    from mlperf_keras.decoding import reference_gnmt_beam_search
+
+    seqs, scores = reference_gnmt_beam_search(step, {"unused": ops.zeros((beam,), "int32")}, 1, beam, alpha, length,
+                                              EOS_ID, BOS_ID, beta, source_length)
+    return strip_eos(np.asarray(seqs)[0, 0, 1:], EOS_ID), float(np.asarray(scores)[0, 0])
+
+
+A, B, C = 4, 5, 6
+FIRST_SLOTS = {BOS_ID: {EOS_ID: 0.40, A: 0.35, B: 0.24}, A: {A: 0.70, EOS_ID: 0.29}, B: {C: 0.99}, C: {EOS_ID: 0.99}}
+
+
+def test_reference_search_keeps_finished_slots_and_normalises_only_when_all_have_ended():
+    """K = 2, alpha = 2, 3 steps. The reference: step 1 keeps slots [</s>] (log .40) and [a] (log .35): a finished
+    hypothesis holds a slot, so [b] (log .24) is gone. Step 2: the </s> slot proposes itself (eos_beam_fill),
+    [a a] log .35 + log .70 beats [a </s>]. Step 3: [a a a]. The loop ends with one slot still running, so nothing
+    is normalised and the raw log-probabilities decide: [</s>], score log .40 = -0.916.
+    A search of K live + K finished hypotheses scored as they finish finds [b c </s>] instead:
+    (log .24 + 2 log .99) / ((5 + 4) / 6)^2 = -0.643 beats [</s>]'s log .40 / ((5 + 2) / 6)^2 = -0.673."""
+    step = bigram_step(FIRST_SLOTS, {})
+    tokens, score = reference_search(step, beam=2, alpha=2.0, beta=0.0, length=3)
+    assert tokens == [] and score == pytest.approx(np.log(0.40), abs=1e-5)
+    ours, _ = beam_search(step, {"unused": ops.zeros((2,), "int32")}, 1, 2, 2.0, 3, EOS_ID, start_id=BOS_ID,
+                          coverage_penalty=0.0, source_length=2, length_offset=1)
+    assert strip_eos(np.asarray(ours)[0, 0, 1:], EOS_ID) == [B, C]
+
+
+X, Y, W = 4, 5, 7
+
+
+def test_reference_search_does_not_reorder_its_attention_sums():
+    """K = 2, alpha = 0, beta = 1. Step 1 (input <s>, attention [.5, .5] in both slots): slots [x] log .40, [y] log
+    .35. Step 2 (inputs x: attention [.5, .5]; y: [1, 0]): slot sums [1, 1] and [1.5, .5]; [y </s>] (log .35 +
+    log .90 = -1.155) beats [x </s>] (log .40 + log .60 = -1.427) and moves to slot 0, whose sums stay [1, 1].
+    Step 3: both slots ended, so both are normalised: [y </s>] -1.155 + 1 x (log 1 + log 1) = -1.155, [x </s>]
+    -1.427 + log .5 = -2.120; the reference returns [y]. With each hypothesis carrying its own sums [y </s>] would
+    score -1.155 + log .5 = -1.848 and lose to [x </s>] (-1.427)."""
+    step = bigram_step({BOS_ID: {X: 0.40, Y: 0.35}, X: {EOS_ID: 0.60, W: 0.39}, Y: {EOS_ID: 0.90}},
+                       {BOS_ID: [0.5, 0.5], X: [0.5, 0.5], Y: [1.0, 0.0]})
+    tokens, score = reference_search(step, beam=2, alpha=0.0, beta=1.0, length=4)
+    assert tokens == [Y] and score == pytest.approx(np.log(0.35) + np.log(0.90), abs=1e-5)
+    ours, _ = beam_search(step, {"unused": ops.zeros((2,), "int32")}, 1, 2, 0.0, 4, EOS_ID, start_id=BOS_ID,
+                          coverage_penalty=1.0, source_length=2, length_offset=1)
+    assert strip_eos(np.asarray(ours)[0, 0, 1:], EOS_ID) == [X]
+
+
+def test_reference_search_normalises_by_lengths_that_count_the_start_token():
+    """K = 2, alpha = 1: slots [x </s>] and [y </s>] both end at step 2 and are normalised at step 3 by
+    (5 + 3) / 6 (3 = <s>, the token, </s>): (log .40 + log .60) / (8 / 6) and (log .35 + log .90) / (8 / 6)."""
+    step = bigram_step({BOS_ID: {X: 0.40, Y: 0.35}, X: {EOS_ID: 0.60, W: 0.39}, Y: {EOS_ID: 0.90}}, {})
+    tokens, score = reference_search(step, beam=2, alpha=1.0, beta=0.0, length=4)
+    assert tokens == [Y] and score == pytest.approx((np.log(0.35) + np.log(0.90)) / (8 / 6), abs=1e-5)

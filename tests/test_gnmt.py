@@ -2,6 +2,7 @@
 WMT16-format corpus, the BLEU detokenisation, and a short run's MLLOG log against the official 0.7.0 checker."""
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -94,7 +95,8 @@ def test_prepared_counts_vocabulary_and_records(gnmt_data):
     assert counts["raw_pairs"] == 3002 and counts["dropped_latin1"] == 1 and counts["dropped_long"] == 1
     assert counts["train_pairs"] == 3000 and counts["eval_sentences"] == 100
     vocab = open(os.path.join(data_dir, "vocab.bpe.40"), encoding="utf-8").read().split("\n")[:-1]
-    assert vocab[:4] == ["<pad>", "<unk>", "<s>", "<\\s>"] and len(vocab) % 8 == 0 == counts["vocab_size"] % 8
+    assert vocab[:4] == ["<pad>", "<unk>", "<s>", "<\\s>"] and len(vocab) == counts["vocab_size"]
+    assert not [t for t in vocab if t.startswith("madeupword")]   # padded at training time, under fp16 only
     files = [os.path.join(data_dir, f["name"]) for f in manifest["files"] if f["split"] == "train"]
     pairs = list(tf.data.TFRecordDataset(files).map(text.parse_pair).as_numpy_iterator())
     assert len(pairs) == 3000
@@ -103,6 +105,55 @@ def test_prepared_counts_vocabulary_and_records(gnmt_data):
             assert ids[0] == 2 and ids[-1] == 3 and 3 <= len(ids) <= 20 and (ids[1:-1] > 3).all()
     histogram = np.sum([f["lengths"] for f in manifest["files"] if f["split"] == "train"], axis=0)
     assert histogram.sum() == 3000
+
+
+def reference_sampler_steps(source_lengths, target_lengths, batch_size, workers, max_length, num_buckets=5):
+    """BucketingSampler.__init__'s count (mlcommons/training rnn_translator/pytorch/seq2seq/data/sampler.py at
+    69dbe8b, lines 169-194): bucket_ids = max(src // width, tgt // width).clamp(0, num_buckets - 1), width
+    (max_len + num_buckets - 1) // num_buckets, then num_samples += len(bucket) // global_bs * global_bs."""
+    width = (max_length + num_buckets - 1) // num_buckets
+    bucket_ids = np.minimum(np.maximum(source_lengths // width, target_lengths // width), num_buckets - 1)
+    global_bs = batch_size * workers
+    return sum(int((bucket_ids == b).sum()) // global_bs for b in range(num_buckets))
+
+
+def test_two_workers_split_every_global_batch_by_rows_as_the_reference(gnmt_data):
+    """Two simulated workers: the reference's step count, full batches on both, disjoint rows whose union is each
+    bucket's full global batches (sampler.py at 69dbe8b: distribute_batches gives rank r rows r*B..(r+1)*B-1)."""
+    import tensorflow as tf
+
+    data_dir, manifest = gnmt_data
+    files = [os.path.join(data_dir, f["name"]) for f in manifest["files"] if f["split"] == "train"]
+    pairs = list(tf.data.TFRecordDataset(files).map(text.parse_pair).as_numpy_iterator())
+    src = np.array([len(p[0]) for p in pairs])
+    tgt = np.array([len(p[1]) for p in pairs])
+    batch, workers, max_length = 64, 2, 20
+    expected = reference_sampler_steps(src, tgt, batch, workers, max_length)
+    plan = text.sentence_bucket_plan(batch, max_length)
+    steps = text.global_batch_steps(plan, text.worker_length_histogram(manifest, 0, 1), workers)
+    assert steps == expected
+    rows = []
+    for rank in range(workers):
+        pipeline = text.GlobalBatchTrainPipeline(files, plan, max_length, steps, 512, seed=5, rank=rank,
+                                                 world_size=workers, as_numpy=True)
+        mine = list(pipeline.batches(epoch=1))
+        assert len(mine) == expected
+        worker_rows = []
+        for x, y in mine:
+            assert x["source"].shape[0] == batch and (x["source"][:, 0] == 2).all()   # full, no empty rows
+            worker_rows += [(tuple(s[s > 0]), tuple(t[t > 0])) for s, t in
+                            zip(x["source"], np.concatenate([x["target_input"][:, :1], y], axis=1))]
+        rows.append(worker_rows)
+    # Disjoint and drawn from the epoch's pairs: no pair is dealt more often than the data holds it (the generated
+    # corpus repeats some pairs, so this counts a multiset).
+    union = rows[0] + rows[1]
+    assert len(union) == expected * batch * workers
+    assert not collections.Counter(union) - collections.Counter((tuple(s), tuple(t)) for s, t in pairs)
+    # Each bucket gives exactly its full global batches, as the reference's sampler.
+    width = (max_length + 4) // 5
+    counts = np.bincount([min(max(len(s) // width, len(t) // width), 4) for s, t in union], minlength=5)
+    all_counts = np.bincount(np.minimum(np.maximum(src // width, tgt // width), 4), minlength=5)
+    np.testing.assert_array_equal(counts, all_counts // (batch * workers) * batch * workers)
 
 
 def test_eval_set_decodes_back_to_the_tokenised_test_source(gnmt_data):
@@ -122,6 +173,71 @@ def test_bpe_vocabulary_removes_separators_and_detokenises(tmp_path):
     vocabulary = text.BpeVocabulary(str(path))
     assert vocabulary.decode([2, 8, 4, 5, 6, 7, 8, 3, 0]) == '"Hallo, Welt"'
     assert vocabulary.decode([4, 5, 1]) == "Hallo <unk>"
+
+
+def test_detokenises_with_english_rules_as_the_references_detokenizer_perl(tmp_path):
+    """The reference runs mosesdecoder's detokenizer.perl without -l (seq2seq/inference/inference.py at 69dbe8b),
+    whose default is `my $language = "en";`: an apostrophe-word joins the word before it (English only)."""
+    path = tmp_path / "vocab"
+    path.write_text("<pad>\n<unk>\n<s>\n<\\s>\nPeter\n&apos;s\nHaus\n")
+    vocabulary = text.BpeVocabulary(str(path))
+    assert vocabulary.decode([2, 4, 5, 6, 3]) == "Peter's Haus"           # German rules: "Peter 's Haus"
+    assert vocabulary.decode([4, 8]) == "Peter madeupword0001"            # padding ids: the reference's names
+
+
+def test_clean_corpus_drops_words_longer_than_1000_characters():
+    """clean-corpus-n.perl (mosesdecoder scripts/training, run by rnn_translator/download_dataset.sh at 69dbe8b):
+    `my $max_word_length = 1000;` and `next if $e =~ /[^\\s\\|]{$max_word_length_plus_one}/`."""
+    from data_prep import wmt_gnmt
+
+    en = ["a " + "x" * 1000, "a " + "x" * 1001, "b c", "d " + "y" * 600 + "|" + "y" * 600]
+    de = ["e f", "g h", "i " + "z" * 1001, "j k"]
+    kept_en, kept_de, dropped = wmt_gnmt.clean_corpus(en, de)
+    assert kept_en == [en[0], en[3]] and dropped == 2
+
+
+def test_vocabulary_is_padded_to_8_only_under_mixed_precision():
+    """seq2seq/utils.py pad_vocabulary at 69dbe8b: 8 for --math fp16, 1 for fp32 (the reference's default, so its
+    vocabulary is not padded); the Tokenizer pads to (size + pad - 1) // pad * pad."""
+    from mlperf_keras.workloads.gnmt import padded_vocab_size
+
+    assert padded_vocab_size(32_317, "fp32") == 32_317
+    assert padded_vocab_size(32_317, "fp16") == 32_320
+    assert padded_vocab_size(32_320, "fp16") == 32_320
+
+
+def test_our_beam_search_is_open_division_only():
+    from mlperf_keras import distribute
+    from mlperf_keras import train as train_cli
+    from mlperf_keras.config import ConfigError
+
+    dist = distribute.create("tensorflow")
+    for division, ok in (("closed", False), ("open", True)):
+        values = train_values(model="gnmt", synthetic=True, seed=1, division=division,
+                              hparams="hidden=16,vocab_size=40,beam_search=per_hypothesis")
+        workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
+        if ok:
+            workload.check(config, manifest)
+        else:
+            with pytest.raises(ConfigError, match="--division=open"):
+                workload.check(config, manifest)
+
+
+def test_bleu_is_the_references_sacrebleu_command_line_score():
+    """run_sacrebleu (seq2seq/inference/inference.py at 69dbe8b): `sacrebleu --score-only -lc --tokenize intl`,
+    sacrebleu 1.2.10 (requirements.txt): smooth 'exp' by default and the score printed '{:.2f}'. "a b c d" against
+    "a b x c": precisions 3/4, 1/3, 0/2 -> 100 / (2 x 2), 0/1 -> 100 / (4 x 1), brevity 1: BLEU =
+    (75 x 33.33 x 25 x 25)^(1/4) = sqrt(1250) = 35.355..., printed 35.36 (without smoothing: 0)."""
+    from mlperf_keras import distribute
+    from mlperf_keras import train as train_cli
+
+    values = train_values(model="gnmt", synthetic=True, seed=1, hparams="hidden=16,vocab_size=40,eval_sentences=1")
+    workload, manifest, config = train_cli.resolve(values, distribute.create("tensorflow"), say=lambda _: None)
+    workload.model = None   # the evaluator decodes with build_model's model; translate is replaced below
+    evaluator = workload.evaluator(config, distribute.create("tensorflow"), manifest)
+    evaluator.references = ["a b x c"]
+    evaluator.translate = lambda: ["a b c d"]
+    assert evaluator.evaluate(None) == 35.36
 
 
 def test_missing_and_misaligned_files_are_one_line_errors(tmp_path):
@@ -160,7 +276,7 @@ def test_short_run_log_fails_the_official_checker_only_on_the_quality_target(gnm
     steps = workload.steps_per_epoch(config, manifest)
     histogram = np.sum([f["lengths"] for f in manifest["files"] if f["split"] == "train"], axis=0)
     per_bucket = np.bincount(np.minimum(np.arange(len(histogram)) // 4, 4), weights=histogram, minlength=5)
-    assert steps == int(np.ceil(per_bucket / 128).sum())  # every pair once: a partly empty last batch per bucket
+    assert steps == int((per_bucket // 128).sum())  # the reference sampler's full global batches per bucket
     total = steps * 8
     assert by_key["opt_learning_rate_remain_steps"]["value"] == int(0.666 * total)
     assert by_key["opt_learning_rate_decay_interval"]["value"] == (total - int(0.666 * total)) // 4
@@ -187,24 +303,25 @@ def test_dry_run_prints_the_parameter_count(capsys):
     out = capsys.readouterr().out
     options = gnmt.GNMTOptions(vocab_size=40, hidden=16)
     assert f"parameters: {gnmt.parameter_count(options)}\n" in out
-    assert f"(the reference's count): {gnmt.parameter_count(options, 2)}" in out
     assert GNMT().reference_hparams("0.7")["vocab_size"] == 32_320
 
 
-@pytest.mark.slow  # about 3-5 minutes on 2 CPU cores: data generation and preparation, tracing, ~6 epochs
-def test_demo_reaches_its_target(tmp_path):
-    """`python -m mlperf_keras.train --model=gnmt` without --data_dir: generated WMT16-format data, prepared by
-    data_prep.wmt_gnmt, a width-64 GNMT trained until BLEU >= the demo target."""
+@pytest.mark.slow  # about 3 minutes on 2 CPU cores: data generation and preparation, tracing, the demo's epochs
+def test_demo_reaches_its_target_at_v07_on_a_non_default_seed(tmp_path):
+    """`python -m mlperf_keras.train --model=gnmt --ruleset=0.7 --seed=23` without --data_dir: generated WMT16-format
+    data, prepared by data_prep.wmt_gnmt, a width-64 GNMT trained until BLEU >= the demo target. The demo must
+    converge for any seed at every ruleset (the README's GNMT section lists the seeds tried); the default seed 1 at
+    v0.5 once passed while a fresh seed at v0.7 ended at BLEU 35.6."""
     from mlperf_keras import distribute, loop
     from mlperf_keras import train as train_cli
 
-    values = train_values(model="gnmt", output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"), seed=1,
-                          jit_compile=False)
+    values = train_values(model="gnmt", output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"), seed=23,
+                          ruleset="0.7", jit_compile=False)
     dist = distribute.create("tensorflow")
     workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
-    assert config.demo and config.quality_target == workload.demo_target == 60.0
+    assert config.demo and config.quality_target == workload.demo_target
     result = loop.run(config, workload, dist, manifest)
-    assert result.status == "success" and result.quality >= 60.0, result
+    assert result.status == "success" and result.quality >= workload.demo_target, result
 
 
 @pytest.mark.parametrize("batch, hparams, expected", [

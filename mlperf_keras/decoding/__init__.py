@@ -18,19 +18,30 @@ import keras
 import numpy as np
 from keras import ops
 
-from mlperf_keras.decoding.beam_search import beam_search, coverage_score, length_penalty
+from mlperf_keras.decoding.beam_search import beam_search, coverage_score, length_penalty, reference_gnmt_beam_search
+
+SEARCHES = ("reference", "per_hypothesis")  # a recurrent decoder's: the GNMT reference's search, or beam_search
 
 
 def translate_fn(model, beam_size: int, alpha: float, extra_length: int, eos_id: int, max_length: int | None = None,
-                 coverage_penalty: float = 0.0, length_offset: int = 0, start_id: int = 0):
+                 coverage_penalty: float = 0.0, length_offset: int = 0, start_id: int = 0,
+                 search: str = "per_hypothesis"):
     """source [B, S] int32 -> best hypothesis [B, S + extra_length] int32 (EOS then zeros once finished), or
-    [B, max_length] when max_length is given (a fixed decode length, as GNMT's)."""
+    [B, max_length] when max_length is given (a fixed decode length, as GNMT's). A model with beam_decoder (GNMT)
+    is searched by `search`: "reference", the GNMT reference's search (reference_gnmt_beam_search: its lengths
+    count the start token, length_offset does not apply), or "per_hypothesis" (beam_search)."""
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {SEARCHES}, not {search!r}")
 
     def translate(source):
         batch, source_length = int(source.shape[0]), int(source.shape[1])
         if hasattr(model, "beam_decoder"):
             length = max_length or source_length + extra_length
             step, state = model.beam_decoder(source, beam_size)
+            if search == "reference":
+                sequences, _ = reference_gnmt_beam_search(step, state, batch, beam_size, alpha, length, eos_id,
+                                                          start_id, coverage_penalty, source_length)
+                return sequences[:, 0, 1:]
             sequences, _ = beam_search(step, state, batch, beam_size, alpha, length, eos_id, start_id=start_id,
                                        coverage_penalty=coverage_penalty, source_length=source_length,
                                        length_offset=length_offset)
@@ -56,7 +67,7 @@ class Translator:
 
     def __init__(self, model, beam_size: int, alpha: float, extra_length: int, eos_id: int,
                  jit_compile: bool = True, **options):
-        """options: translate_fn's max_length, coverage_penalty, length_offset, start_id."""
+        """options: translate_fn's max_length, coverage_penalty, length_offset, start_id, search."""
         self.model = model
         fn = translate_fn(model, beam_size, alpha, extra_length, eos_id, **options)
         self.backend = keras.backend.backend()
@@ -95,4 +106,5 @@ def strip_eos(ids, eos_id: int) -> list[int]:
     return out
 
 
-__all__ = ["Translator", "translate_fn", "beam_search", "coverage_score", "length_penalty", "strip_eos"]
+__all__ = ["SEARCHES", "Translator", "translate_fn", "beam_search", "reference_gnmt_beam_search", "coverage_score",
+           "length_penalty", "strip_eos"]

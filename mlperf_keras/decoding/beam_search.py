@@ -12,19 +12,21 @@ any of the 2K), and a sentence also stops once it has K finished hypotheses; a s
 So beam size 1 is exactly greedy decoding (for any alpha), and no sentence's result depends on the others in its
 batch. With K large enough to keep every extension the search is exhaustive (tests/test_beam_search.py).
 
-GNMT's scoring (Wu et al. 2016, section 7; the MLPerf GNMT reference's SequenceGenerator, mlcommons/training
-rnn_translator/pytorch/seq2seq/inference/beam_search.py at 69dbe8b) is the same search with two options:
-`length_offset` = 1 counts the start token in the length, as the reference (its lengths start at 1 for BOS, so a
-hypothesis of n tokens with EOS is normalised by ((5 + n + 1) / 6) ** alpha); `coverage_penalty` = beta > 0 makes
-step_fn also return the attention weights [B*K, S] of the step, which the search sums per hypothesis (the sums
-follow their hypotheses when beams are re-ranked) and a finished hypothesis scores
+GNMT's scoring (Wu et al. 2016, section 7) in this search, an open-division option for GNMT (`beam_search=
+per_hypothesis`): `length_offset` = 1 counts the start token in the length, as the MLPerf GNMT reference (its lengths
+start at 1 for BOS, so a hypothesis of n tokens with EOS is normalised by ((5 + n + 1) / 6) ** alpha);
+`coverage_penalty` = beta > 0 makes step_fn also return the attention weights [B*K, S] of the step, which the search
+sums per hypothesis (the sums follow their hypotheses when beams are re-ranked) and a finished hypothesis scores
     log-probability / length penalty + beta * sum_j log(min(attention sum_j, 1))   over source positions with a
-positive sum (the reference maps log 0 to 0). Two differences from the reference's search, which keeps K beams per
-sentence until all of them have ended and normalises only then: finished hypotheses are scored (normalised, with
-their coverage penalty) as they finish, as in tensor2tensor's search above; and the reference does not reorder its
-attention sums when beams are re-ranked (accu_attn_scores keeps its slot), so its penalty can mix hypotheses, while
-here each hypothesis carries its own, as the GNMT paper defines it. The penalty is never positive, so the stopping
-bound (best alive log-probability / the longest length penalty) still holds.
+positive sum (the reference maps log 0 to 0). The penalty is never positive, so the stopping bound (best alive
+log-probability / the longest length penalty) still holds.
+
+`reference_gnmt_beam_search` is the GNMT reference's own search (mlcommons/training rnn_translator/pytorch/seq2seq/
+inference/beam_search.py at 69dbe8b, SequenceGenerator.beam_search), GNMT's closed-division default: K slots per
+sentence that hold finished hypotheses too (a finished slot proposes itself once, unchanged), the K best of the K x K
+extensions (each slot's top K tokens) kept; length normalisation and the coverage penalty only when all K slots of a
+sentence have ended, and never for a sentence still running at the maximum length (its raw log-probabilities
+decide); the attention sums stay with their slot when hypotheses are re-ranked (accu_attn_scores is not reordered).
 
 Every array has a fixed shape (sequences are preallocated to max_decode_length + 1; the decoder's key/value caches
 are fixed-size), so XLA compiles one loop per (batch, source length) shape.
@@ -34,7 +36,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-INF = 1.0e7  # as the reference: finite, so -INF * 0 never makes a NaN
+INF = 1.0e7  # as tensor2tensor's search: finite, so -INF * 0 never makes a NaN (GNMT's reference search uses -inf)
 
 
 def length_penalty(alpha: float, length):
@@ -162,4 +164,74 @@ def beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, m
     return sequences, scores
 
 
-__all__ = ["INF", "length_penalty", "coverage_score", "beam_search"]
+def reference_gnmt_beam_search(step_fn, cache, batch_size: int, beam_size: int, alpha: float, max_decode_length: int,
+                               eos_id: int, start_id: int, coverage_penalty: float, source_length: int):
+    """The GNMT reference's SequenceGenerator.beam_search (module docstring), in fixed shapes.
+
+    step_fn(ids [B*K] int32, position, cache) -> (logits [B*K, V], attention weights [B*K, source_length], cache);
+    row b*K + k is slot k of sentence b. Lengths count BOS, as the reference's (they start at 1), and grow by one
+    for every step a slot's last token is not EOS. Returns (sequences [B, K, max_decode_length + 1] int32 with
+    start_id first and EOS repeated after a slot's end, scores [B, K]), slots ordered by score, best first: the
+    reference returns the slot with the highest score, normalised only for sentences whose K slots all ended before
+    the last step."""
+    B, K, L = batch_size, beam_size, max_decode_length
+    rows_total = B * K
+    neg_inf = float("-inf")
+    positions = ops.arange(L + 1, dtype="int32")
+    seq = ops.where(ops.equal(positions, 0), start_id, 0) * ops.ones((rows_total, 1), "int32")
+    lengths = ops.ones((rows_total,), "int32")
+    scores = ops.zeros((rows_total,), "float32")
+    words = ops.full((rows_total,), start_id, dtype="int32")
+    active = ops.ones((B,), dtype="bool")
+    accumulated = ops.zeros((rows_total, source_length), "float32")
+    eos_fill = ops.convert_to_tensor([0.0] + [neg_inf] * (K - 1), "float32")          # the reference's eos_beam_fill
+    not_first_slot = ops.reshape(ops.greater(ops.arange(K), 0), (1, K, 1))
+
+    def cond(i, seq, lengths, scores, words, active, accumulated, cache):
+        return ops.logical_and(ops.less(i, L), ops.any(active))
+
+    def body(i, seq, lengths, scores, words, active, accumulated, cache):
+        active_rows = ops.repeat(active, K, axis=0)
+        eos = ops.equal(words, eos_id)
+        terminating = ops.logical_and(ops.all(ops.reshape(eos, (B, K)), axis=1), active)
+        lengths = lengths + ops.cast(ops.logical_and(active_rows, ops.logical_not(eos)), "int32")
+        logits, attention, cache = step_fn(words, i, cache)
+        attention = ops.where(ops.expand_dims(eos, 1), 0.0, ops.cast(attention, "float32"))
+        accumulated = accumulated + ops.where(ops.expand_dims(active_rows, 1), attention, 0.0)
+
+        top_log_probs, top_words = ops.top_k(ops.log_softmax(ops.cast(logits, "float32"), axis=-1), k=K)
+        top_words = ops.where(ops.expand_dims(eos, 1), eos_id, ops.cast(top_words, "int32"))
+        top_log_probs = ops.where(ops.expand_dims(eos, 1), ops.expand_dims(eos_fill, 0), top_log_probs)
+        candidates = ops.reshape(ops.expand_dims(scores, 1) + top_log_probs, (B, K, K))
+        candidates = ops.where(ops.logical_and(not_first_slot, ops.equal(i, 0)), neg_inf, candidates)
+        best, index = ops.top_k(ops.reshape(candidates, (B, K * K)), k=K)
+        index = ops.cast(index, "int32")
+        rows = _flat_index(ops.floor_divide(index, K), B, K)
+        new_words = ops.reshape(ops.take_along_axis(ops.reshape(top_words, (B, K * K)), index, axis=1), (-1,))
+        new_seq = ops.take(seq, rows, axis=0)
+        new_seq = ops.where(ops.equal(positions, i + 1), ops.expand_dims(new_words, 1), new_seq)
+        new_lengths = ops.take(lengths, rows, axis=0)
+        cache = keras.tree.map_structure(lambda t: ops.take(t, rows, axis=0), cache)
+
+        keep = ops.expand_dims(active_rows, 1)
+        seq = ops.where(keep, new_seq, seq)
+        lengths = ops.where(active_rows, new_lengths, lengths)
+        scores = ops.where(active_rows, ops.reshape(best, (-1,)), scores)
+        words = ops.where(active_rows, new_words, words)
+
+        # Sentences whose K slots had all ended: normalise with the (re-ranked) lengths and each slot's own attention
+        # sums, then stop them.
+        ending = ops.repeat(terminating, K, axis=0)
+        normalised = scores / length_penalty(alpha, lengths) + coverage_score(accumulated, coverage_penalty)
+        scores = ops.where(ending, normalised, scores)
+        active = ops.logical_and(active, ops.logical_not(terminating))
+        return i + 1, seq, lengths, scores, words, active, accumulated, cache
+
+    state = (ops.convert_to_tensor(0, "int32"), seq, lengths, scores, words, active, accumulated, cache)
+    _, seq, _, scores, _, _, _, _ = ops.while_loop(cond, body, state)
+    scores, order = ops.top_k(ops.reshape(scores, (B, K)), k=K)
+    sequences = gather_nested(ops.reshape(seq, (B, K, L + 1)), order, B, K)
+    return sequences, scores
+
+
+__all__ = ["INF", "length_penalty", "coverage_score", "beam_search", "reference_gnmt_beam_search"]

@@ -11,11 +11,13 @@ compiled step sees one shape per bucket (XLA compiles a few dozen shapes once, i
 rows and positions weigh nothing in the loss. Because each bucket emits ceil(count / batch size) batches per pass
 whatever the order, steps per epoch follow from the length histogram alone, which the manifest stores per shard.
 
-Per-worker sharding happens on files, before any shuffling: worker r reads shards r, r + W, ...; it shuffles its
-shard order and then examples (a seeded buffer) per epoch, deterministically for a given seed, rank and epoch.
-Every pair is read exactly once per epoch across the workers: an epoch has as many steps as the worker with the most
-batches needs, and a worker with fewer ends its epoch with empty batches (all padding: no loss, no gradient), as
-the reference's single-worker epoch is one full pass with partial last batches per bucket.
+TrainPipeline (the Transformer's) shards per worker on files, before any shuffling: worker r reads shards r, r + W,
+...; it shuffles its shard order and then examples (a seeded buffer) per epoch, deterministically for a given seed,
+rank and epoch. Every pair is read exactly once per epoch across the workers: an epoch has as many steps as the
+worker with the most batches needs, and a worker with fewer ends its epoch with empty batches (all padding: no loss,
+no gradient), as the Transformer reference's single-worker epoch is one full pass with partial last batches per
+bucket. GNMT's batches are dealt differently, by rows of full global batches as its reference's sampler
+(GlobalBatchTrainPipeline, at the end of this module).
 Everything except TrainPipeline, load_eval_records, load_eval_set and the TFRecord helpers is NumPy only (no TensorFlow import), so the
 synthetic source serves JAX-only machines.
 """
@@ -404,21 +406,82 @@ def sentence_bucket_plan(batch_size: int, max_length: int, num_buckets: int = 5)
     return BucketPlan(lengths, (int(batch_size),) * num_buckets)
 
 
-class StartTokenTrainPipeline(TrainPipeline):
-    """TrainPipeline for records that hold <s> ... </s> on both sides (GNMT): the decoder reads targets[:-1] and
-    predicts targets[1:] (the reference's seq2seq/train/trainer.py), instead of a 0 shifted in front."""
+def global_batch_steps(plan: BucketPlan, histogram, num_workers: int) -> int:
+    """Steps per epoch of the GNMT reference's BucketingSampler (mlcommons/training rnn_translator/pytorch/seq2seq/
+    data/sampler.py at 69dbe8b, lines 195-229): each bucket cut into full global batches of batch_size x workers
+    sentences, its remainder dropped, so sum over buckets of count // global batch, whatever the worker count."""
+    global_sizes = np.asarray(plan.batch_sizes, dtype=np.int64) * int(num_workers)
+    return int((plan.bucket_counts(histogram) // global_sizes).sum())
+
+
+class GlobalBatchTrainPipeline:
+    """GNMT's training batches as the reference's BucketingSampler deals them (sampler.py at 69dbe8b): every worker
+    reads all shards in the same seeded order (one seed per epoch, the same on every worker), bucket by length into
+    full global batches of batch_size x world_size sentences (each bucket's remainder dropped), and takes rows
+    [rank x batch_size, (rank + 1) x batch_size) of each (distribute_batches: consecutive ranks, consecutive
+    slices). So every worker runs global_batch_steps steps with full batches, and the workers' rows of an epoch
+    are disjoint. The reference shuffles each bucket with a full permutation and then the global batches; here the
+    shuffle is a seeded buffer over shuffled shards, and buckets interleave in the order they fill. Records hold
+    <s> ... </s> on both sides: the decoder reads targets[:-1] and predicts targets[1:]."""
+
+    def __init__(self, files, plan: BucketPlan, max_length: int, steps: int, shuffle_buffer: int, seed: int,
+                 rank: int = 0, world_size: int = 1, as_numpy: bool = False, cycle_length: int = 8):
+        self.files, self.plan, self.max_length, self.steps = list(files), plan, max_length, steps
+        self.shuffle_buffer, self.seed, self.as_numpy = shuffle_buffer, seed, as_numpy
+        self.rank, self.world_size, self.cycle_length = rank, world_size, cycle_length
 
     def dataset(self, epoch: int):
-        return super().dataset(epoch).map(lambda x, t: ({"source": x["source"], "target_input": t[:, :-1]},
-                                                        t[:, 1:]))
+        import tensorflow as tf
+
+        seed = _epoch_seed(self.seed, 0, epoch)   # rank 0's: every worker deals the same global batches
+        lengths = tf.constant(self.plan.lengths, tf.int64)
+        global_sizes = tf.constant([b * self.world_size for b in self.plan.batch_sizes], tf.int64)
+        local_sizes = tf.constant(self.plan.batch_sizes, tf.int64)
+        max_length, rank = self.max_length, self.rank
+
+        files = tf.data.Dataset.from_tensor_slices(self.files).shuffle(len(self.files), seed=seed,
+                                                                        reshuffle_each_iteration=False)
+        ds = files.interleave(tf.data.TFRecordDataset, cycle_length=min(self.cycle_length, len(self.files)),
+                              block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.map(parse_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.filter(lambda s, t: tf.maximum(tf.size(s), tf.size(t)) <= max_length)
+        if self.shuffle_buffer > 1:
+            ds = ds.shuffle(self.shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=False)
+
+        def bucket(s, t):
+            length = tf.cast(tf.maximum(tf.size(s), tf.size(t)), tf.int64)
+            return tf.reduce_min(tf.where(length <= lengths))
+
+        def batch(key, window):
+            shape = tf.reshape(tf.gather(lengths, key), [1])
+            return window.padded_batch(tf.gather(global_sizes, key), padded_shapes=(shape, shape),
+                                       drop_remainder=True)
+
+        def my_rows(s, t):
+            size = tf.cast(tf.gather(local_sizes, bucket_of_batch(s, t)), tf.int32)
+            s, t = s[rank * size:(rank + 1) * size], t[rank * size:(rank + 1) * size]
+            return {"source": s, "target_input": t[:, :-1]}, t[:, 1:]
+
+        def bucket_of_batch(s, t):
+            return tf.reduce_min(tf.where(tf.cast(tf.shape(s)[1], tf.int64) <= lengths))
+
+        ds = ds.group_by_window(bucket, batch, window_size_func=lambda key: tf.gather(global_sizes, key))
+        return ds.map(my_rows).take(self.steps).prefetch(2)
+
+    def batches(self, epoch: int):
+        ds = self.dataset(epoch)
+        return ds.as_numpy_iterator() if self.as_numpy else iter(ds)
 
 
 class BpeVocabulary:
     """A subword-nmt vocabulary file (one token a line, ids by line): ids -> text as the GNMT reference's
     Tokenizer.detokenize (join, remove the "@@ " separators, <pad>, <s> and </s>; <unk> stays) then Moses
-    detokenisation (sacremoses, for the reference's detokenizer.perl) for sacrebleu."""
+    detokenisation (sacremoses, for the reference's detokenizer.perl) for sacrebleu. The reference runs
+    detokenizer.perl without -l (seq2seq/inference/inference.py at 69dbe8b, run_detokenizer), so with its default
+    language, English, whatever the target language: lang="en". Ids past the file are the reference's padding
+    tokens madeupword0000, ... (a vocabulary padded to a multiple of 8 under fp16)."""
 
-    def __init__(self, path: str, lang: str = "de", dropped=(0, 2, 3)):
+    def __init__(self, path: str, lang: str = "en", dropped=(0, 2, 3)):
         with open(path, encoding="utf-8") as f:
             self.tokens = [line.rstrip("\n") for line in f]
         self.dropped = set(dropped)
@@ -429,12 +492,16 @@ class BpeVocabulary:
     def __len__(self):
         return len(self.tokens)
 
+    def token(self, i: int) -> str:
+        return self.tokens[i] if i < len(self.tokens) else f"madeupword{i - len(self.tokens):04d}"
+
     def subwords(self, ids) -> str:
-        words = " ".join(self.tokens[int(t)] for t in ids if int(t) not in self.dropped)
+        words = " ".join(self.token(int(t)) for t in ids if int(t) not in self.dropped)
         return words.replace("@@ ", "").replace("@@", "").strip()
 
     def decode(self, ids) -> str:
         return self.detokenizer.detokenize(self.subwords(ids).split())
 
 
-__all__ += ["sentence_bucket_plan", "StartTokenTrainPipeline", "load_eval_records", "BpeVocabulary"]
+__all__ += ["sentence_bucket_plan", "GlobalBatchTrainPipeline", "global_batch_steps", "load_eval_records",
+            "BpeVocabulary"]

@@ -13,14 +13,15 @@ for v0.7): seq2seq/models/{gnmt,encoder,decoder,attention}.py and seq2seq/utils.
 - every weight initialised U(-0.1, 0.1): embedding, LSTM kernels, classifier weight and bias, attention projections
   and vector; attention scale g = 1/sqrt(hidden), its bias 0.
 
+- every LSTM direction has PyTorch's two biases: bias_ih U(-0.1, 0.1) and bias_hh 0 (init_lstm_, seq2seq/utils.py
+  lines 31-56); Keras' one bias per gate is their sum on every path (ReferenceLSTMCell), so each receives the full
+  gradient, as in PyTorch, and the model has the reference's 160,671,297 parameters at vocabulary 32,320
+  (`parameter_count`). Keras' forget-gate bias of 1 (unit_forget_bias) is turned off, as the reference.
+
 Deliberate differences:
-- Keras' LSTM has one bias per gate where PyTorch's has two (bias_ih, initialised U(-0.1, 0.1), and bias_hh,
-  initialised 0, by init_lstm_); they only ever appear summed, so one bias initialised U(-0.1, 0.1) is the same
-  function and the same initial distribution with 4 x hidden fewer parameters per LSTM direction: 9 directions x
-  4,096 = 36,864 fewer at hidden 1024 (160,634,433 instead of the reference's 160,671,297 at vocabulary 32,320;
-  `parameter_count` derives both). Keras' forget-gate bias of 1 (unit_forget_bias) is turned off, as the reference.
-- The reference's padding embedding row (padding_idx) never receives a gradient; here it does, but padding
-  positions never reach a real output (masked in the bidirectional layer, in the attention and in the loss).
+- The reference's padding embedding row (padding_idx=PAD in nn.Embedding) gets no gradient and so never moves;
+  here it is an ordinary row, but its gradient is exactly 0 as well, since padding positions are masked in the
+  bidirectional layer, the attention and the loss. Under Adam with a zero gradient the row still does not move.
 - On JAX under mixed precision the LSTMs run on lstm_sequence (default_lstm_path): the same equations and weights,
   matrix products in bf16/fp16 with the cell state in float32 (the reference trains in fp32 by default, NVIDIA's
   submissions in fp16 with cuDNN); elsewhere Keras' LSTM.
@@ -52,18 +53,59 @@ class GNMTOptions:
     init_range: float = 0.1
 
 
-def parameter_count(options: GNMTOptions, biases_per_gate: int = 1) -> int:
-    """Trainable parameters; biases_per_gate=2 counts as PyTorch does (bias_ih + bias_hh per LSTM direction)."""
+def parameter_count(options: GNMTOptions) -> int:
+    """Trainable parameters, two biases (bias_ih + bias_hh) per LSTM direction as the reference's PyTorch LSTMs."""
     v, h, n = options.vocab_size, options.hidden, options.num_layers
 
     def lstm(inputs):  # 4 gates x (input weights + recurrent weights + biases)
-        return 4 * h * (inputs + h) + biases_per_gate * 4 * h
+        return 4 * h * (inputs + h) + 2 * 4 * h
 
     embedding = v * h
     encoder = 2 * lstm(h) + lstm(2 * h) + (n - 2) * lstm(h)
     attention = 2 * h * h + h + 1 + h          # W_q, W_k, vector v, scale g, bias b
     decoder = lstm(h) + attention + (n - 1) * lstm(2 * h) + (h * v + v)
     return embedding + encoder + decoder
+
+
+class ReferenceLSTMCell(keras.layers.LSTMCell):
+    """keras.layers.LSTMCell with PyTorch's two biases, bias_ih (initialised by bias_initializer) and bias_hh
+    (initialised 0), as the reference's nn.LSTM with init_lstm_ (mlcommons/training rnn_translator/pytorch/
+    seq2seq/utils.py at 69dbe8b). `bias` is their sum, read by Keras' cell, its cuDNN paths and lstm_sequence, so
+    both variables get the gradient of the one summed bias, as PyTorch's do."""
+
+    def build(self, input_shape):
+        keras.layers.Layer.build(self, input_shape)
+        self.kernel = self.add_weight(shape=(input_shape[-1], self.units * 4), name="kernel",
+                                      initializer=self.kernel_initializer)
+        self.recurrent_kernel = self.add_weight(shape=(self.units, self.units * 4), name="recurrent_kernel",
+                                                initializer=self.recurrent_initializer)
+        self.bias_ih = self.add_weight(shape=(self.units * 4,), name="bias_ih", initializer=self.bias_initializer)
+        self.bias_hh = self.add_weight(shape=(self.units * 4,), name="bias_hh", initializer="zeros")
+
+    @property
+    def bias(self):
+        return ops.add(self.bias_ih, self.bias_hh)
+
+
+class ReferenceLSTM(keras.layers.LSTM):
+    """keras.layers.LSTM (return_sequences, cuDNN where Keras uses it) over a ReferenceLSTMCell."""
+
+    def __init__(self, units, initializer, go_backwards=False, dtype=None, name=None):
+        cell = ReferenceLSTMCell(units, kernel_initializer=initializer, recurrent_initializer=initializer,
+                                 bias_initializer=initializer, unit_forget_bias=False, dtype=dtype,
+                                 name="lstm_cell")
+        keras.layers.RNN.__init__(self, cell, return_sequences=True, go_backwards=go_backwards, dtype=dtype,
+                                  name=name)
+        self.input_spec = keras.layers.InputSpec(ndim=3)
+        self.use_cudnn = "auto"
+        if keras.backend.backend() == "tensorflow" and _cudnn_possible():
+            self.supports_jit = False   # as keras.layers.LSTM: its cuDNN op is not XLA-compatible
+
+
+def _cudnn_possible() -> bool:
+    from keras.src import backend
+
+    return backend.cudnn_ok(keras.activations.tanh, keras.activations.sigmoid, False, True)
 
 
 LSTM_PATHS = ("keras", "scan")
@@ -147,9 +189,7 @@ class GNMT(keras.Model):
         init = keras.initializers.RandomUniform(-r, r, seed=self.seed_generator)
 
         def lstm(name, go_backwards=False):
-            return keras.layers.LSTM(h, return_sequences=True, go_backwards=go_backwards, kernel_initializer=init,
-                                     recurrent_initializer=init, bias_initializer=init, unit_forget_bias=False,
-                                     dtype=_lstm_dtype(self.lstm_path), name=name)
+            return ReferenceLSTM(h, init, go_backwards=go_backwards, dtype=_lstm_dtype(self.lstm_path), name=name)
 
         self.embedding = keras.layers.Embedding(options.vocab_size, h, embeddings_initializer=init, name="embedding")
         # The bidirectional layer as two LSTMs: keras.layers.Bidirectional rebuilds its forward layer from its
@@ -258,4 +298,4 @@ class GNMT(keras.Model):
 
 
 __all__ = ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "GNMTOptions", "GNMT", "LSTM_PATHS", "default_lstm_path",
-           "lstm_sequence", "parameter_count"]
+           "lstm_sequence", "parameter_count", "ReferenceLSTM", "ReferenceLSTMCell"]
