@@ -212,15 +212,16 @@ def test_our_beam_search_is_open_division_only():
     from mlperf_keras.config import ConfigError
 
     dist = distribute.create("tensorflow")
-    for division, ok in (("closed", False), ("open", True)):
-        values = train_values(model="gnmt", synthetic=True, seed=1, division=division,
-                              hparams="hidden=16,vocab_size=40,beam_search=per_hypothesis")
+
+    def start(division, hparams):
+        values = train_values(model="gnmt", synthetic=True, seed=1, division=division, hparams=hparams)
         workload, manifest, config = train_cli.resolve(values, dist, say=lambda _: None)
-        if ok:
-            workload.check(config, manifest)
-        else:
-            with pytest.raises(ConfigError, match="--division=open"):
-                workload.check(config, manifest)
+        workload.check(config, manifest)
+        return config
+
+    with pytest.raises(ConfigError, match="beam_search.*--division=open"):
+        start("closed", "beam_search=per_hypothesis")
+    assert start("open", "hidden=16,vocab_size=40,beam_search=per_hypothesis").hparams["beam_search"] == "per_hypothesis"
 
 
 def test_bleu_is_the_references_sacrebleu_command_line_score():
@@ -231,7 +232,8 @@ def test_bleu_is_the_references_sacrebleu_command_line_score():
     from mlperf_keras import distribute
     from mlperf_keras import train as train_cli
 
-    values = train_values(model="gnmt", synthetic=True, seed=1, hparams="hidden=16,vocab_size=40,eval_sentences=1")
+    values = train_values(model="gnmt", synthetic=True, seed=1, division="open",
+                          hparams="hidden=16,vocab_size=40,eval_sentences=1")
     workload, manifest, config = train_cli.resolve(values, distribute.create("tensorflow"), say=lambda _: None)
     workload.model = None   # the evaluator decodes with build_model's model; translate is replaced below
     evaluator = workload.evaluator(config, distribute.create("tensorflow"), manifest)

@@ -100,7 +100,7 @@ class GNMT(Workload):
                     "warmup_steps": 20, "schedule_epochs": 20, "max_length": 20, "beam_size": 3,
                     "max_decode_length": 24, "eval_batch_size": 200, "shuffle_buffer": 4096}
 
-    def default_epochs(self, hparams: dict) -> int:
+    def default_epochs(self, hparams: dict, global_batch: int) -> int:
         """10, or the epochs the learning-rate schedule spans (schedule_epochs) where that is more (the demo's)."""
         return max(self.default_max_epochs, hparams["schedule_epochs"])
 
