@@ -221,7 +221,8 @@ def test_our_beam_search_is_open_division_only():
 
     with pytest.raises(ConfigError, match="beam_search.*--division=open"):
         start("closed", "beam_search=per_hypothesis")
-    assert start("open", "hidden=16,vocab_size=40,beam_search=per_hypothesis").hparams["beam_search"] == "per_hypothesis"
+    config = start("open", "hidden=16,vocab_size=40,beam_search=per_hypothesis")
+    assert config.hparams["beam_search"] == "per_hypothesis"
 
 
 def test_bleu_is_the_references_sacrebleu_command_line_score():
