@@ -136,6 +136,31 @@ def _epoch_seed(seed: int, rank: int, epoch: int) -> int:
     return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
+def _shuffled_pairs(files, seed: int, cycle_length: int, max_length: int, shuffle_buffer: int):
+    """The (source, target) records of files, in an order the seed decides (files shuffled, interleaved, then a
+    shuffle buffer), pairs longer than max_length left out: the stream both training pipelines bucket."""
+    import tensorflow as tf
+
+    order = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=seed, reshuffle_each_iteration=False)
+    ds = order.interleave(tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(files)), block_length=1,
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(parse_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.filter(lambda s, t: tf.maximum(tf.size(s), tf.size(t)) <= max_length)
+    if shuffle_buffer > 1:
+        ds = ds.shuffle(shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=False)
+    return ds
+
+
+def _bucket_of(lengths):
+    """A pair's bucket: the first bucket length that holds its longer side (lengths: a tf int64 tensor)."""
+    import tensorflow as tf
+
+    def bucket(s, t):
+        length = tf.cast(tf.maximum(tf.size(s), tf.size(t)), tf.int64)
+        return tf.reduce_min(tf.where(length <= lengths))
+    return bucket
+
+
 class TrainPipeline:
     """tf.data over one worker's TFRecord shards: shard shuffle, interleave, parse, length filter, example shuffle,
     bucketing to fixed shapes, then empty batches up to exactly `steps` batches per epoch (the most any worker
@@ -155,18 +180,8 @@ class TrainPipeline:
         sizes = tf.constant(self.plan.batch_sizes, tf.int64)
         max_length = self.max_length
 
-        files = tf.data.Dataset.from_tensor_slices(self.files).shuffle(len(self.files), seed=seed,
-                                                                        reshuffle_each_iteration=False)
-        ds = files.interleave(tf.data.TFRecordDataset, cycle_length=min(self.cycle_length, len(self.files)),
-                              block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.map(parse_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.filter(lambda s, t: tf.maximum(tf.size(s), tf.size(t)) <= max_length)
-        if self.shuffle_buffer > 1:
-            ds = ds.shuffle(self.shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=False)
-
-        def bucket(s, t):
-            length = tf.cast(tf.maximum(tf.size(s), tf.size(t)), tf.int64)
-            return tf.reduce_min(tf.where(length <= lengths))
+        ds = _shuffled_pairs(self.files, seed, self.cycle_length, max_length, self.shuffle_buffer)
+        bucket = _bucket_of(lengths)
 
         def batch(key, window):
             size, length = tf.gather(sizes, key), tf.gather(lengths, key)
@@ -439,18 +454,8 @@ class GlobalBatchTrainPipeline:
         local_sizes = tf.constant(self.plan.batch_sizes, tf.int64)
         max_length, rank = self.max_length, self.rank
 
-        files = tf.data.Dataset.from_tensor_slices(self.files).shuffle(len(self.files), seed=seed,
-                                                                        reshuffle_each_iteration=False)
-        ds = files.interleave(tf.data.TFRecordDataset, cycle_length=min(self.cycle_length, len(self.files)),
-                              block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.map(parse_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.filter(lambda s, t: tf.maximum(tf.size(s), tf.size(t)) <= max_length)
-        if self.shuffle_buffer > 1:
-            ds = ds.shuffle(self.shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=False)
-
-        def bucket(s, t):
-            length = tf.cast(tf.maximum(tf.size(s), tf.size(t)), tf.int64)
-            return tf.reduce_min(tf.where(length <= lengths))
+        ds = _shuffled_pairs(self.files, seed, self.cycle_length, max_length, self.shuffle_buffer)
+        bucket = _bucket_of(lengths)
 
         def batch(key, window):
             shape = tf.reshape(tf.gather(lengths, key), [1])
