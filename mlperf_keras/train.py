@@ -240,6 +240,10 @@ def prepare(values, dist, say=print):
 
     workload, manifest, config = resolve(values, dist, say)
     workload.check(config, manifest)
+    if not values.dry_run and workload.steps_per_epoch(config, manifest) < 1:
+        # Else the loop would meet an empty epoch (a StopIteration from the first batch, or an epoch of no steps).
+        raise ConfigError(f"--model={config.model}: 0 steps per epoch at global batch {config.global_batch_size}: "
+                          f"the training data does not fill one global batch; use a smaller --batch_size")
     if manifest is not None and not values.dry_run:
         check_files(config.data_dir, manifest)
     if config.resume:

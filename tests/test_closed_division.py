@@ -124,3 +124,17 @@ def test_a_short_run_logs_the_division_it_ran(prepared_ncf, tmp_path):
         (event,) = [e for e in mllog_events(result.log_path) if e["key"] == "submission_division"]
         logged[division] = event["value"]
     assert logged == {"closed": "closed", "open": "open"}
+
+
+def test_a_closed_rule_check_leaves_the_checkers_queue_as_it_was():
+    """closed_resnet.yaml's opt_name rule queues closed_resnet_<opt_name>.yaml in mlperf-logging's module-level queue,
+    which only a whole-log check drains: left there, the next checker run in the process (the reporter, a test) read
+    a rules file for another log (closed_resnet_adam.yaml, which does not exist, on a GNMT log)."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    from mlperf_keras.compliance import closed_rules
+
+    before = list(mlp_compliance.enqueued_configs)
+    assert not closed_rules.fails("resnet", "0.7.0", [("opt_name", "lars")], "opt_name")
+    assert closed_rules.fails("resnet", "0.7.0", [("opt_name", "adam")], "opt_name")
+    assert mlp_compliance.enqueued_configs == before

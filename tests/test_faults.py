@@ -546,3 +546,16 @@ def test_run_stop_reason_says_a_nested_runtime_error_once_and_keeps_its_cause():
     assert _error_reason(error) == ("RuntimeError: INTERNAL: Error dispatching computation: Gloo all-reduce failed: "
                                     "Connection reset by peer")
     assert _error_reason(ValueError("x" * 400)) == "ValueError: " + "x" * 288
+
+
+def test_a_batch_the_training_data_cannot_fill_is_refused_before_the_log_opens(tmp_path):
+    """GNMT cuts each length bucket into full global batches (the reference's sampler): 64 synthetic pairs at batch
+    32 over 5 buckets make no batch. That is a bad start (one line), not a StopIteration from inside the loop."""
+    from mlperf_keras import train as train_cli
+    from mlperf_keras.config import ConfigError
+
+    values = train_values(model="gnmt", synthetic=True, seed=1, output_dir=str(tmp_path / "runs"), division="open",
+                          hparams="hidden=16,num_layers=2,vocab_size=64,train_pairs=64,max_length=12,batch_size=32")
+    with pytest.raises(ConfigError, match="0 steps per epoch at global batch 32"):
+        train_cli.prepare(values, distribute.create("tensorflow"), say=lambda _: None)
+    assert not (tmp_path / "runs").exists()

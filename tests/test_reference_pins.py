@@ -249,7 +249,7 @@ def test_gnmt_nan_bleu_aborts_the_run_even_with_a_zero_target(tmp_path, monkeypa
     monkeypatch.setattr(bleu.BleuEvaluator, "evaluate", lambda self, predict: float("nan"))
     values = train_values(model="gnmt", synthetic=True, seed=1, max_epochs=2, output_dir=str(tmp_path),
                           jit_compile=False, ruleset="0.7", division="open",
-                          hparams="hidden=16,num_layers=2,vocab_size=64,train_pairs=64,eval_sentences=4,"
+                          hparams="hidden=16,num_layers=2,vocab_size=64,train_pairs=256,eval_sentences=4,"
                                   "max_length=12,batch_size=32,max_decode_length=8,beam_size=2")
     dist = distribute.create("tensorflow")
     workload, manifest, config = train_cli.prepare(values, dist, say=lambda _: None)

@@ -38,7 +38,7 @@ def test_dry_run_prints_the_transformer_big_parameter_count():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert transformer_params(33_708, 1024, 6, 4096) == 210_804_736
     assert "parameters: 210804736" in proc.stdout
-    assert "global batch: 4096 tokens (4096 per worker x 1 workers)" in proc.stdout
+    assert "global batch: 4096 tokens (4096 per worker x 1 worker)" in proc.stdout
 
 
 def test_small_model_has_the_hand_counted_parameters():
