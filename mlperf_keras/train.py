@@ -211,7 +211,9 @@ def resolve(values, dist, say=print, closed_lock: bool = True):
             say(f"DEMO: no --data_dir given, so this runs the built-in {values.model} demo: small generated data in "
                 f"the official raw format, a reduced model and a demo target. It is not an MLPerf result; for that, "
                 f"prepare the real data ({workload.prepare_command}) and pass --data_dir.")
-        data_dir = workload.prepare_demo(values.cache_dir, log=say if dist.is_chief else (lambda _: None))
+        from data_prep import demos
+
+        data_dir = demos.prepare(workload.name, values.cache_dir, log=say if dist.is_chief else (lambda _: None))
         values = with_values(values, data_dir=data_dir)
     if values.data_dir is not None:
         manifest = read_manifest(values.data_dir, workload.name)

@@ -17,12 +17,11 @@ from tests.conftest import ROOT, needs_horovod
 
 def _prepare_ncf_demo(cache_dir, log_path, barrier):
     """One worker: wait for the other, then prepare the NCF demo; every log line goes to log_path."""
-    from mlperf_keras import registry
+    from data_prep import demos
 
-    workload = registry.get("ncf")
     with open(log_path, "w") as log_file:
         barrier.wait(timeout=60)
-        prepared = workload.prepare_demo(cache_dir, log=lambda msg: print(msg, file=log_file, flush=True))
+        prepared = demos.prepare("ncf", cache_dir, log=lambda msg: print(msg, file=log_file, flush=True))
         print(f"RESULT {prepared}", file=log_file, flush=True)
 
 
@@ -54,8 +53,8 @@ def test_two_processes_on_an_empty_cache_prepare_the_demo_once_and_both_read_it(
 def test_a_waiting_worker_gives_up_after_its_timeout_with_one_line(tmp_path):
     import fcntl
 
+    from data_prep.demos import exclusive_lock
     from mlperf_keras.inputs.manifest import DataError
-    from mlperf_keras.workloads.base import exclusive_lock
 
     lock_path = str(tmp_path / ".prepare.lock")
     lines = []
@@ -75,7 +74,7 @@ def test_a_waiting_worker_gives_up_after_its_timeout_with_one_line(tmp_path):
 
 def test_a_lock_is_freed_when_its_holder_dies(tmp_path):
     """A crashed preparation must not block the next run: the kernel drops a flock with its process."""
-    from mlperf_keras.workloads.base import exclusive_lock
+    from data_prep.demos import exclusive_lock
 
     lock_path = str(tmp_path / ".prepare.lock")
     holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "

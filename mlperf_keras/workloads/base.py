@@ -5,7 +5,6 @@ A workload module defines one subclass of Workload and nothing in the loop asks 
 from __future__ import annotations
 
 import abc
-import contextlib
 from typing import Any, Callable, Iterator
 
 from mlperf_keras.config import RunConfig, quality_reached
@@ -162,79 +161,7 @@ class Workload(abc.ABC):
         """Metadata of some of those keys, e.g. {"max_sequence_length": {"method": "discard"}}."""
         return {}
 
-    # The built-in demo: small raw data generated in the official format, prepared by data_prep.
+    # The built-in demo (its data: data_prep/demos.py): a reduced model trained on small generated data.
     demo_target: float
     demo_hparams: dict = {}
     demo_jit_compile: bool = True   # False: the demo compiles its steps without XLA (whatever --jit_compile says)
-
-    def prepare_demo(self, cache_dir: str, log=print, wait_timeout_s: float = 1800.0) -> str:
-        """The prepared demo dataset under cache_dir, generated (official raw format) and prepared once.
-
-        Safe when several workers start on an empty cache at once (horovodrun -np N without --data_dir): the
-        process holding an exclusive lock on cache_dir/<name>/.prepare.lock generates and prepares, the others wait
-        for it (a line every 30 s; a DataError after wait_timeout_s) and then read what it prepared."""
-        import os
-
-        from mlperf_keras.inputs.manifest import DataError, read_manifest
-
-        root = os.path.join(cache_dir, self.name)
-        prepared = os.path.join(root, "prepared")
-
-        def ready() -> bool:
-            try:
-                read_manifest(prepared, self.name)
-                return True
-            except DataError:
-                return False
-
-        if ready():
-            return prepared
-        os.makedirs(root, exist_ok=True)
-        with exclusive_lock(os.path.join(root, ".prepare.lock"), wait_timeout_s, log,
-                            what=f"the {self.name} demo data"):
-            if not ready():  # whoever held the lock before may have prepared it
-                raw = os.path.join(root, "raw")
-                self.write_demo_raw(raw, log)
-                self.prepare_demo_raw(raw, prepared, lambda msg: log(f"demo: {msg}"))
-        return prepared
-
-    def write_demo_raw(self, raw_dir: str, log) -> None:
-        """Generate small raw data in the official format, learnable to the demo target."""
-        raise NotImplementedError(f"{self.name} has no built-in demo data yet")
-
-    def prepare_demo_raw(self, raw_dir: str, prepared_dir: str, log) -> None:
-        """Run this workload's data_prep on the demo raw data."""
-        raise NotImplementedError(f"{self.name} has no built-in demo data yet")
-
-
-@contextlib.contextmanager
-def exclusive_lock(path: str, timeout_s: float, log, what: str, report_every_s: float = 30.0, poll_s: float = 0.2):
-    """Hold an exclusive flock on path (created if missing) for the with-block; wait at most timeout_s for it.
-
-    The kernel releases a flock when its holder exits, even by a crash, so a lock file left behind is never stale.
-    flock works between processes of one machine; on a network file system shared by several hosts it may not."""
-    import fcntl
-    import time
-
-    from mlperf_keras.inputs.manifest import DataError
-
-    with open(path, "a") as lock:
-        start, last_report = time.monotonic(), None
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                pass
-            now = time.monotonic()
-            if now - start >= timeout_s:
-                raise DataError(f"waited {now - start:.0f} s for another process to prepare {what} (it holds the "
-                                f"lock {path}); stop that process if it hangs, then run again")
-            if last_report is None or now - last_report >= report_every_s:
-                log(f"waiting for another process to prepare {what} ({now - start:.0f} s)")
-                last_report = now
-            time.sleep(poll_s)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)

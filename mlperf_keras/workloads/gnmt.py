@@ -297,19 +297,6 @@ class GNMT(Workload):
 
     # -- Demo -----------------------------------------------------------------------------------------------------
 
-    def write_demo_raw(self, raw_dir, log):
-        from data_prep import wmt_gnmt
-
-        log(f"demo: generating a small WMT16-format corpus (German = English words translated word by word) under "
-            f"{raw_dir}")
-        wmt_gnmt.write_demo_raw(raw_dir, num_pairs=6_000, num_test=200, seed=2016)
-
-    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
-        from data_prep import wmt_gnmt
-
-        wmt_gnmt.prepare(raw_dir, prepared_dir, merges=500, max_length=20, num_shards=4, threads=1, overwrite=True,
-                         log=log)
-
 
 class _CountingTrainData(TrainData):
     """The batches of one epoch, counting their real tokens (samples_in_batch) for the epoch's tokens/s."""

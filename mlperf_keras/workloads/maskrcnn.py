@@ -373,18 +373,6 @@ class MaskRCNN(Workload):
 
     # ---- demo ----
 
-    def write_demo_raw(self, raw_dir, log):
-        from data_prep import demo_coco
-
-        log(f"demo: generating a small COCO-format dataset with masks under {raw_dir}")
-        # Both orientations, so the demo trains both padded shapes as the real data does.
-        demo_coco.write_raw(raw_dir, num_train=64, num_val=16, size=((160, 320), (160, 320)), seed=2021)
-
-    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
-        from data_prep import coco
-
-        coco.prepare(raw_dir, prepared_dir, train_shards=2, val_shards=1, num_workers=0, overwrite=True, log=log)
-
 
 def image_detections(outputs: dict, index: int, image_id: int, image_size, height: int, width: int,
                      label_to_category: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

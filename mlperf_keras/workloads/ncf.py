@@ -213,18 +213,6 @@ class NCF(Workload):
                 # mlperf_compliance 0.0.6's PREPROC_HP_SAMPLE_EVAL_REPLACEMENT, logged true by the reference
                 "preproc_hp_sample_eval_replacement": True}
 
-    def write_demo_raw(self, raw_dir, log):
-        from data_prep import demo_movielens
-
-        log(f"demo: generating a small MovieLens-format ratings.csv under {raw_dir}")
-        demo_movielens.write_ratings_csv(os.path.join(raw_dir, "ml-20m", "ratings.csv"),
-                                         num_users=2000, num_items=2000, seed=2020)
-
-    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
-        from data_prep import movielens
-
-        movielens.prepare(raw_dir, prepared_dir, overwrite=True, log=log)
-
 
 def builds_on_device(epoch_build: str) -> bool:
     if epoch_build not in ("auto", "device", "host"):

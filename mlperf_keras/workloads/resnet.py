@@ -334,17 +334,6 @@ class ResNet50(Workload):
 
     # ---- demo ----
 
-    def write_demo_raw(self, raw_dir, log):
-        from data_prep import demo_imagenet
-
-        log(f"demo: generating small ImageNet-format tars (10 classes) under {raw_dir}")
-        demo_imagenet.write_raw(raw_dir, num_classes=10, train_per_class=64, val_images=200, size=(40, 32), seed=2020)
-
-    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
-        from data_prep import imagenet
-
-        imagenet.prepare(raw_dir, prepared_dir, train_shards=8, val_shards=2, num_workers=0, overwrite=True, log=log)
-
 
 def train_crop(hparams):
     """The training crop (inputs.image.CropParams) the hparams crop_area, crop_aspect and crop_min_covered give."""

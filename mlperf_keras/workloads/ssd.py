@@ -246,17 +246,6 @@ class SSD(Workload):
 
     # ---- demo ----
 
-    def write_demo_raw(self, raw_dir, log):
-        from data_prep import demo_coco
-
-        log(f"demo: generating a small COCO-format dataset under {raw_dir}")
-        demo_coco.write_raw(raw_dir, num_train=128, num_val=32, seed=2020)
-
-    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
-        from data_prep import coco
-
-        coco.prepare(raw_dir, prepared_dir, train_shards=4, val_shards=2, num_workers=0, overwrite=True, log=log)
-
 
 class _CocoTrainData(TrainData):
     def __init__(self, config, rank, paths, steps, samples):

@@ -317,18 +317,6 @@ class Transformer(Workload):
         """BLEU is logged out of 100 in v0.5/v0.6 and as a fraction from v0.7 on."""
         return metric if config.ruleset in ("0.5", "0.6") else metric / 100.0
 
-    def write_demo_raw(self, raw_dir, log):
-        from data_prep import wmt
-
-        log(f"demo: generating a small WMT-format corpus (the German side copies the English) under {raw_dir}")
-        wmt.write_demo_raw(raw_dir, num_pairs=10_000, num_test=200, task="copy", seed=2017, archives=True)
-
-    def prepare_demo_raw(self, raw_dir, prepared_dir, log):
-        from data_prep import wmt
-
-        wmt.prepare(raw_dir, prepared_dir, vocab_size=48, max_length=32, num_shards=4, byte_fallback=False,
-                    overwrite=True, log=log)
-
 
 class _TextTrainData(TrainData):
     def __init__(self, source, steps, samples):

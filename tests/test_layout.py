@@ -1,0 +1,37 @@
+"""Which module may import which: the package never depends on the data_prep commands (only the train entry point
+calls data_prep/demos.py), and no arrow runs up from a lower layer to the workloads."""
+from __future__ import annotations
+
+import ast
+import glob
+import os
+
+from tests.conftest import ROOT
+
+
+def _imported_modules(path: str) -> set[str]:
+    """Every module the file imports, at any depth (function-level imports included), as dotted names."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _package_files(folder: str = "mlperf_keras") -> list[str]:
+    return sorted(glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True))
+
+
+def _importers(prefix: str, folder: str = "mlperf_keras") -> list[str]:
+    """The files under folder (relative to the repository) that import prefix or a module below it."""
+    return [os.path.relpath(path, ROOT) for path in _package_files(folder)
+            if any(name == prefix or name.startswith(prefix + ".") for name in _imported_modules(path))]
+
+
+def test_only_the_train_entry_point_imports_data_prep():
+    assert _importers("data_prep") == ["mlperf_keras/train.py"]
