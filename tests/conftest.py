@@ -114,9 +114,41 @@ def prepare_coco_same_val(root, num_train: int, shards: int, **write_raw_args) -
     return out
 
 
-def mllog_events(path):
-    """The MLLOG events of a log file, as dicts (key, value, metadata...)."""
-    return [json.loads(line[len(":::MLLOG "):]) for line in open(path) if line.startswith(":::MLLOG ")]
+def mllog_events(path, only_mllog: bool = False):
+    """The MLLOG events of a log file, as dicts (key, value, metadata...); only_mllog: assert the file holds no
+    other line (the train writes nothing else into its log)."""
+    events = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith(":::MLLOG "):
+                events.append(json.loads(line[len(":::MLLOG "):]))
+            else:
+                assert not only_mllog, line
+    return events
+
+
+def example_features(data_dir: str, model: str, split: str) -> list:
+    """The tf.train.Example features (name -> Feature) of every record of a prepared split, in the manifest's file
+    order."""
+    import tensorflow as tf
+
+    from mlperf_keras.inputs.manifest import read_manifest
+
+    paths = [os.path.join(data_dir, entry["name"]) for entry in read_manifest(data_dir, model)["files"]
+             if entry["split"] == split]
+    return [tf.train.Example.FromString(record.numpy()).features.feature
+            for path in paths for record in tf.data.TFRecordDataset(path)]
+
+
+def prepare_imagenet(root, train_shards: int, val_shards: int, **write_raw_args) -> str:
+    """Generated ImageNet-format tars (data_prep.demo_imagenet.write_raw with write_raw_args) prepared by
+    data_prep.imagenet under root; returns the prepared folder."""
+    from data_prep import demo_imagenet, imagenet
+
+    raw, out = os.path.join(str(root), "raw"), os.path.join(str(root), "out")
+    demo_imagenet.write_raw(raw, **write_raw_args)
+    imagenet.prepare(raw, out, train_shards=train_shards, val_shards=val_shards, num_workers=0, log=lambda _: None)
+    return out
 
 
 

@@ -14,32 +14,27 @@ from PIL import Image
 
 from data_prep import coco, demo_coco
 from mlperf_keras.inputs.manifest import DataError, read_manifest, verify_files
-from tests.conftest import run_cli
+from tests.conftest import example_features, run_cli
 
 TRAIN, VAL = 12, 6
 GAPS = {12, 26, 29, 30, 45, 66, 68, 69, 71, 83}  # the COCO category ids that do not exist
 
 
 def read_records(data_dir, split):
-    manifest = read_manifest(data_dir, "ssd")
     out = []
-    for entry in manifest["files"]:
-        if entry["split"] != split:
-            continue
-        for record in tf.data.TFRecordDataset(os.path.join(data_dir, entry["name"])):
-            f = tf.train.Example.FromString(record.numpy()).features.feature
-            floats = lambda key: list(f[key].float_list.value)  # noqa: E731
-            out.append({"name": f["image/filename"].bytes_list.value[0].decode(),
-                        "id": f["image/id"].int64_list.value[0],
-                        "height": f["image/height"].int64_list.value[0],
-                        "width": f["image/width"].int64_list.value[0],
-                        "jpeg": f["image/encoded"].bytes_list.value[0],
-                        "boxes": np.stack([floats(f"image/object/bbox/{k}") for k in ("xmin", "ymin", "xmax", "ymax")],
-                                          axis=-1).reshape(-1, 4),
-                        "labels": list(f["image/object/class/label"].int64_list.value),
-                        "crowd": list(f["image/object/is_crowd"].int64_list.value),
-                        "area": floats("image/object/area"),
-                        "segmentation": [json.loads(s) for s in f["image/object/segmentation"].bytes_list.value]})
+    for f in example_features(data_dir, "ssd", split):
+        floats = lambda key: list(f[key].float_list.value)  # noqa: E731
+        out.append({"name": f["image/filename"].bytes_list.value[0].decode(),
+                    "id": f["image/id"].int64_list.value[0],
+                    "height": f["image/height"].int64_list.value[0],
+                    "width": f["image/width"].int64_list.value[0],
+                    "jpeg": f["image/encoded"].bytes_list.value[0],
+                    "boxes": np.stack([floats(f"image/object/bbox/{k}") for k in ("xmin", "ymin", "xmax", "ymax")],
+                                      axis=-1).reshape(-1, 4),
+                    "labels": list(f["image/object/class/label"].int64_list.value),
+                    "crowd": list(f["image/object/is_crowd"].int64_list.value),
+                    "area": floats("image/object/area"),
+                    "segmentation": [json.loads(s) for s in f["image/object/segmentation"].bytes_list.value]})
     return out
 
 

@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, needs_horovod
-from tests.test_train_ncf import SMALL, read_events
+from tests.conftest import ROOT, mllog_events, needs_horovod
+from tests.test_train_ncf import SMALL
 
 WORKER = os.path.join(ROOT, "tests", "workers", "weights_after_steps.py")
 pytestmark = pytest.mark.multiprocess
@@ -63,12 +63,12 @@ def test_horovodrun_training_writes_one_log_with_global_values(prepared_ncf, tmp
     assert proc.returncode != 0 and "Exit code: 5" in output, output[-3000:]
     assert "<stderr>:Traceback" not in output, output[-3000:]
     (log,) = glob.glob(str(out / "*.log"))
-    (stop,) = [e for e in read_events(log) if e["key"] == "run_stop"]
+    (stop,) = [e for e in mllog_events(log, only_mllog=True) if e["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted" and "reason" not in stop["metadata"], stop
-    values = {e["key"]: e["value"] for e in read_events(log)}
+    values = {e["key"]: e["value"] for e in mllog_events(log, only_mllog=True)}
     assert values["num_workers"] == 2 and values["global_batch_size"] == 4096
     assert values["distribution"] == "horovod, 2 workers"
-    two_workers = [e["value"] for e in read_events(log) if e["key"] == "eval_accuracy"][-1]
+    two_workers = [e["value"] for e in mllog_events(log, only_mllog=True) if e["key"] == "eval_accuracy"][-1]
     single = subprocess.run([sys.executable, *args, f"--output_dir={tmp_path / 'single'}"], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     one_worker = json.loads(single.stdout.strip().splitlines()[-1])["quality"]
@@ -114,7 +114,7 @@ def test_a_dead_worker_ends_the_job_without_a_success_log(prepared_ncf, tmp_path
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
-    events = read_events(glob.glob(str(out / "*.log"))[0])
+    events = mllog_events(glob.glob(str(out / "*.log"))[0], only_mllog=True)
     stops = [e for e in events if e["key"] == "run_stop"]
     assert all(e["metadata"]["status"] != "success" for e in stops)
 
@@ -147,7 +147,7 @@ def test_jax_training_cli_uses_both_devices(prepared_ncf, tmp_path, epoch_build)
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 5, proc.stderr[-3000:]    # 4 epochs: not converged (config.EXIT_NOT_CONVERGED)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    values = {e["key"]: e["value"] for e in read_events(summary["log"])}
+    values = {e["key"]: e["value"] for e in mllog_events(summary["log"], only_mllog=True)}
     assert values["distribution"] == "jax DataParallel over 2 devices" and summary["quality"] > 0.1
 
 

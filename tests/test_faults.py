@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from mlperf_keras import distribute, loop, mlperf_log
-from tests.conftest import ROOT, train_values
+from tests.conftest import ROOT, mllog_events, train_values
 
 # A model smaller than the reference's: the closed division refuses it (compliance/tunable.py), so runs are open.
 NCF_SMALL = "mf_dim=8,mlp_layers=32-32-16,batch_size=4096,learning_rate=0.003,beta_1=0.9,beta_2=0.999"
@@ -47,11 +47,6 @@ def main_in_process(argv, capsys):
     return status, out, err
 
 
-def read_events(path):
-    with open(path) as f:
-        return [json.loads(line[len(":::MLLOG "):]) for line in f]
-
-
 def assert_one_line_error(status, err, expected_status, *fragments):
     lines = [line for line in err.splitlines() if line.strip()]
     error_lines = [line for line in lines if line.startswith("error:")]
@@ -62,7 +57,7 @@ def assert_one_line_error(status, err, expected_status, *fragments):
 
 
 def assert_aborted_log(path, reason_fragment):
-    events = read_events(path)
+    events = mllog_events(path, only_mllog=True)
     assert events[-1]["key"] == "run_stop", events[-1]
     assert events[-1]["metadata"]["status"] == "aborted"
     assert reason_fragment in events[-1]["metadata"]["reason"], events[-1]["metadata"]
@@ -277,7 +272,7 @@ def test_log_write_failure_is_cut_back_to_the_last_whole_line(tmp_path):
         log.close()
     text = open(path).read()
     assert text.endswith("\n") and 1 < len(text.splitlines()) < 100
-    assert [e["key"] for e in read_events(path)][0] == "submission_org"  # every line parses
+    assert [e["key"] for e in mllog_events(path, only_mllog=True)][0] == "submission_org"  # every line parses
 
 
 def test_disk_full_ends_the_run_with_a_clear_error(prepared_ncf, tmp_path, capsys):
@@ -298,7 +293,7 @@ def test_disk_full_ends_the_run_with_a_clear_error(prepared_ncf, tmp_path, capsy
     (log,) = glob.glob(str(runs / "*.log"))
     text = open(log).read()
     assert text.endswith("\n") and len(text) <= limit
-    events = read_events(log)
+    events = mllog_events(log, only_mllog=True)
     assert any(e["key"] == "run_start" for e in events)  # it failed during training, not before
     assert not any(e["key"] == "run_stop" and e["metadata"]["status"] == "success" for e in events)
 

@@ -8,19 +8,16 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from data_prep import demo_imagenet, imagenet
 from mlperf_keras.inputs import image, records
 from mlperf_keras.inputs.manifest import DataError, read_manifest
+from tests.conftest import prepare_imagenet
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pipeline")
-    demo_imagenet.write_raw(str(root / "raw"), num_classes=3, train_per_class=10, val_images=13, size=(56, 40),
-                            oddities=False, seed=11)
-    imagenet.prepare(str(root / "raw"), str(root / "out"), train_shards=6, val_shards=3, num_workers=0,
-                     log=lambda _: None)
-    return str(root / "out"), read_manifest(str(root / "out"), "resnet")
+    out = prepare_imagenet(tmp_path_factory.mktemp("pipeline"), train_shards=6, val_shards=3, num_classes=3,
+                           train_per_class=10, val_images=13, size=(56, 40), oddities=False, seed=11)
+    return out, read_manifest(out, "resnet")
 
 
 def filenames(paths):

@@ -14,27 +14,19 @@ from PIL import Image
 
 from data_prep import demo_imagenet, imagenet
 from mlperf_keras.inputs.manifest import DataError, read_manifest, verify_files
-from tests.conftest import run_cli
+from tests.conftest import example_features, run_cli
 
 CLASSES, PER_CLASS, VAL = 4, 6, 9
 
 
 def read_records(data_dir, split):
-    manifest = read_manifest(data_dir, "resnet")
-    out = []
-    for entry in manifest["files"]:
-        if entry["split"] != split:
-            continue
-        for record in tf.data.TFRecordDataset(os.path.join(data_dir, entry["name"])):
-            example = tf.train.Example.FromString(record.numpy())
-            feature = example.features.feature
-            out.append({"name": feature["image/filename"].bytes_list.value[0].decode(),
-                        "label": feature["image/class/label"].int64_list.value[0],
-                        "synset": feature["image/class/synset"].bytes_list.value[0].decode(),
-                        "height": feature["image/height"].int64_list.value[0],
-                        "width": feature["image/width"].int64_list.value[0],
-                        "jpeg": feature["image/encoded"].bytes_list.value[0]})
-    return out
+    return [{"name": feature["image/filename"].bytes_list.value[0].decode(),
+             "label": feature["image/class/label"].int64_list.value[0],
+             "synset": feature["image/class/synset"].bytes_list.value[0].decode(),
+             "height": feature["image/height"].int64_list.value[0],
+             "width": feature["image/width"].int64_list.value[0],
+             "jpeg": feature["image/encoded"].bytes_list.value[0]}
+            for feature in example_features(data_dir, "resnet", split)]
 
 
 def raw_member(raw, name):

@@ -10,23 +10,19 @@ import pytest
 import yaml
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from data_prep import demo_imagenet, imagenet
 from mlperf_keras import loop
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs.manifest import read_manifest
 from tests.conftest import (as_closed_division, assert_checker_fails_only_on_the_target, checker_messages,
-                            mllog_events, resolve_run, run_cli)
+                            mllog_events, prepare_imagenet, resolve_run, run_cli)
 
 TINY = "image_size=32,eval_resize=36,width=8,block_sizes=1-1-1-1,shuffle_buffer=64"
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("resnet_data")
-    demo_imagenet.write_raw(str(root / "raw"), num_classes=4, train_per_class=12, val_images=10, seed=4)
-    imagenet.prepare(str(root / "raw"), str(root / "out"), train_shards=4, val_shards=2, num_workers=0,
-                     log=lambda _: None)
-    return str(root / "out")
+    return prepare_imagenet(tmp_path_factory.mktemp("resnet_data"), train_shards=4, val_shards=2, num_classes=4,
+                            train_per_class=12, val_images=10, seed=4)
 
 
 # The official checker's training ruleset for these logs.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 from mlperf_keras import checkpoints, distribute, loop
-from tests.conftest import ROOT, train_values
+from tests.conftest import ROOT, mllog_events, train_values
 
 # A model smaller than the reference's, which the closed division refuses: the runs are open.
 SMALL = "mf_dim=8,mlp_layers=32-32-16,batch_size=16384,learning_rate=0.003,beta_1=0.9,beta_2=0.999"
@@ -45,11 +44,6 @@ def resume_matches_uninterrupted(data_dir, tmp, backend="tensorflow"):
     return differences, whole, first, second
 
 
-def read_events(path):
-    with open(path) as f:
-        return [json.loads(line[len(":::MLLOG "):]) for line in f]
-
-
 def test_resumed_run_ends_with_the_uninterrupted_runs_weights(prepared_ncf, tmp_path):
     differences, whole, first, second = resume_matches_uninterrupted(prepared_ncf, tmp_path)
     assert differences == {"model": 0.0, "optimizer": 0.0}, differences
@@ -60,11 +54,11 @@ def test_resumed_run_ends_with_the_uninterrupted_runs_weights(prepared_ncf, tmp_
     assert header["epoch"] == 2 and header["model"] == "ncf" and header["seed"] == 11
     assert second.resumed_from.endswith("epoch-00001.npz") and whole.resumed_from is None
     # The resumed run trains only epoch 2 and says in its log that it is resumed (the reporter refuses it).
-    events = read_events(second.log_path)
+    events = mllog_events(second.log_path, only_mllog=True)
     resumed = [e for e in events if e["key"] == "resumed"]
     assert len(resumed) == 1 and resumed[0]["value"] is True and resumed[0]["metadata"]["checkpoint_epoch"] == 1
     assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "epoch_start"] == [2]
-    assert not any(e["key"] == "resumed" for e in read_events(whole.log_path))
+    assert not any(e["key"] == "resumed" for e in mllog_events(whole.log_path, only_mllog=True))
     # The quality evaluated after epoch 3 is the same too.
     assert second.quality == whole.quality
 

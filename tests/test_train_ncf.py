@@ -15,7 +15,7 @@ from mlperf_keras import distribute, loop
 from mlperf_keras.compliance import NCF_RULES
 from mlperf_keras.inputs.ncf import EvalSet, draw_eval_negatives, load_rows
 from mlperf_keras.metrics.ranking import hits_at_k
-from tests.conftest import ROOT, assert_checker_fails_only_on_the_target, run_cli, train_values
+from tests.conftest import ROOT, assert_checker_fails_only_on_the_target, mllog_events, run_cli, train_values
 
 # A model smaller than the reference's, which the closed division refuses (compliance/tunable.py): runs of it are
 # open (the device epoch build then draws from the counter hash; tests/test_ncf_device_input.py covers the stock one).
@@ -36,14 +36,6 @@ def train(data_dir, output_dir, target=None, loop_ruleset=None, **flags):
     return config, loop.run(config, workload, dist, manifest)
 
 
-def read_events(path):
-    events = []
-    for line in open(path):
-        assert line.startswith(":::MLLOG "), line
-        events.append(json.loads(line[len(":::MLLOG "):]))
-    return events
-
-
 REQUIRED = ["cache_clear", "init_start", "init_stop", "run_start", "run_stop", "submission_org",
             "submission_platform", "submission_division", "submission_status", "submission_benchmark",
             "global_batch_size", "train_samples", "eval_samples", "gradient_accumulation_steps", "seed",
@@ -60,7 +52,7 @@ def test_short_run_log_has_every_key_in_order(prepared_ncf, tmp_path, ruleset, f
     logs = glob.glob(str(tmp_path / "*.log"))
     assert logs == [result.log_path]
     assert os.path.exists(result.log_path[:-4] + ".config.json")
-    events = read_events(result.log_path)
+    events = mllog_events(result.log_path, only_mllog=True)
     keys = [e["key"] for e in events]
     assert set(REQUIRED) <= set(keys), set(REQUIRED) - set(keys)
     for once in ("init_stop", "run_start", "run_stop", "seed", "global_batch_size", "train_samples"):
@@ -86,7 +78,7 @@ def test_log_passes_checker_rules_except_the_quality_target(prepared_ncf, tmp_pa
     _, result = train(prepared_ncf, tmp_path, max_epochs=2,
                       hparams=SMALL.replace("batch_size=4096", "batch_size=8192"))
     # HR@10 is logged as the fraction of users whose test item ranks in the top 10, the evaluator's own value.
-    logged = [e["value"] for e in read_events(result.log_path) if e["key"] == "eval_accuracy"]
+    logged = [e["value"] for e in mllog_events(result.log_path, only_mllog=True) if e["key"] == "eval_accuracy"]
     assert len(logged) == 2 and logged[-1] == result.quality and 0 < logged[-1] < 0.635, logged
     # ncf.yaml's target rule is the v0.5 target 0.635 (training_policies 6e02163), in the checker's own form.
     assert_checker_fails_only_on_the_target(
@@ -97,7 +89,7 @@ def test_log_passes_checker_rules_except_the_quality_target(prepared_ncf, tmp_pa
 def test_stops_at_target_with_success(prepared_ncf, tmp_path):
     _, result = train(prepared_ncf, tmp_path, target=0.01, max_epochs=5)
     assert result.status == "success" and result.epochs == 1
-    events = read_events(result.log_path)
+    events = mllog_events(result.log_path, only_mllog=True)
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
 
 
@@ -114,7 +106,7 @@ def test_max_epochs_without_the_target_exits_5_not_0(prepared_ncf, tmp_path, cap
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["status"] == "aborted" and summary["epochs"] == 1 and "reason" not in summary
     assert "not converged: the target was not reached in --max_epochs=1 epochs (exit status 5)" in err
-    stop = read_events(summary["log"])[-1]
+    stop = mllog_events(summary["log"], only_mllog=True)[-1]
     assert stop["key"] == "run_stop" and stop["metadata"]["status"] == "aborted" and "reason" not in stop["metadata"]
 
 
@@ -199,7 +191,7 @@ def test_corrupt_shard_fails_cleanly_and_log_says_aborted(prepared_ncf, tmp_path
     proc = run_cli("mlperf_keras.train", f"--data_dir={copy}", f"--output_dir={tmp_path / 'runs'}", "--seed=1")
     assert proc.returncode == 2 and os.path.basename(victim) in proc.stderr and "Traceback" not in proc.stderr
     (log,) = glob.glob(str(tmp_path / "runs" / "*.log"))
-    last = read_events(log)[-1]
+    last = mllog_events(log, only_mllog=True)[-1]
     assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted"
 
 
@@ -212,7 +204,7 @@ def test_demo_default_reaches_demo_target(tmp_path):
     assert "DEMO" in proc.stdout
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["status"] == "success"
-    last = read_events(summary["log"])[-1]
+    last = mllog_events(summary["log"], only_mllog=True)[-1]
     assert last["key"] == "run_stop" and last["metadata"]["status"] == "success"
 
 
