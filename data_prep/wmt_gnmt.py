@@ -42,7 +42,7 @@ import numpy as np
 from absl import flags
 
 from data_prep import cli
-from data_prep.wmt import check_corpora_and_shards, read_raw_corpus, write_test_sgm
+from data_prep.wmt_common import check_corpora_and_shards, read_raw_corpus, write_test_sgm
 from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 

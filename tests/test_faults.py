@@ -457,7 +457,7 @@ def test_official_counts_of_every_dataset(tmp_path, dataset, counts, message):
 def test_truncated_or_corrupt_raw_files_fail_with_one_line(tmp_path):
     import zipfile
 
-    from data_prep import movielens, wmt
+    from data_prep import movielens, wmt_common
     from mlperf_keras.inputs.manifest import DataError
 
     raw = _tiny_movielens_raw(tmp_path)
@@ -480,7 +480,7 @@ def test_truncated_or_corrupt_raw_files_fail_with_one_line(tmp_path):
     (tmp_path / "c.en").write_bytes(b"")
     (tmp_path / "c.de").write_bytes(b"")
     with pytest.raises(DataError, match="c.en: empty corpus"):
-        wmt.read_parallel(str(tmp_path / "c.en"), str(tmp_path / "c.de"))
+        wmt_common.read_parallel(str(tmp_path / "c.en"), str(tmp_path / "c.de"))
     for out in ("o1", "o2"):
         assert not (tmp_path / out).exists() or os.listdir(tmp_path / out) == []
 

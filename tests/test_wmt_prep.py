@@ -8,7 +8,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from data_prep import wmt
+from data_prep import wmt, wmt_common
 from mlperf_keras.inputs import text
 from mlperf_keras.inputs.manifest import DataError, read_manifest, verify_files
 from tests.conftest import run_cli
@@ -70,11 +70,12 @@ def test_prepares_archives_into_aligned_encoded_shards(dictionary_raw, tmp_path)
     # eval: one record per test sentence, in order, whose decoding is the SGML source text; references kept raw
     sources, indices, references, detokenize = text.load_eval_set(str(out), manifest)
     assert list(indices) == list(range(50)) and len(references) == 50
-    assert manifest["source"]["test_source"] == f"{dictionary_raw / 'dev.tgz'}:dev/{wmt.TEST_SGM[0]}"
+    assert manifest["source"]["test_source"] == f"{dictionary_raw / 'dev.tgz'}:dev/{wmt_common.TEST_SGM[0]}"
     with tarfile.open(dictionary_raw / "dev.tgz") as tar:
         tar.extractall(tmp_path / "dev", filter="data")
-    assert [detokenize(s) for s in sources] == wmt.read_sgm(str(tmp_path / "dev" / "dev" / wmt.TEST_SGM[0]))
-    assert references == wmt.read_sgm(str(tmp_path / "dev" / "dev" / wmt.TEST_SGM[1]))
+    test_dir = tmp_path / "dev" / "dev"
+    assert [detokenize(s) for s in sources] == wmt_common.read_sgm(str(test_dir / wmt_common.TEST_SGM[0]))
+    assert references == wmt_common.read_sgm(str(test_dir / wmt_common.TEST_SGM[1]))
 
 
 def test_unpacked_folders_give_the_same_dataset_as_archives(dictionary_raw, tmp_path):
@@ -106,8 +107,8 @@ def small_tree(root, n=300, extra_en=(), extra_de=(), plain_test=False):
             f.write("".join(line + "\n" for line in extra))
     if plain_test:
         dev = root / "dev" / "dev"
-        for sgm, txt in zip(wmt.TEST_SGM, wmt.TEST_TXT):
-            write(str(dev / txt), wmt.read_sgm(str(dev / sgm)))
+        for sgm, txt in zip(wmt_common.TEST_SGM, wmt_common.TEST_TXT):
+            write(str(dev / txt), wmt_common.read_sgm(str(dev / sgm)))
             os.remove(dev / sgm)
     return root
 
@@ -149,24 +150,24 @@ def break_missing(raw):
 
 
 def break_sgm(raw):
-    path = raw / "dev" / "dev" / wmt.TEST_SGM[1]
+    path = raw / "dev" / "dev" / wmt_common.TEST_SGM[1]
     lines = open(path).read().split("\n")
     lines[5] = lines[5].replace("</seg>", "")
     open(path, "w").write("\n".join(lines))
-    return f"{wmt.TEST_SGM[1]}:6: malformed SGML segment", "<seg id"
+    return f"{wmt_common.TEST_SGM[1]}:6: malformed SGML segment", "<seg id"
 
 
 def break_no_test(raw):
     shutil.rmtree(raw / "dev")
-    return "test set newstest2014 not found", wmt.TEST_SGM[0]
+    return "test set newstest2014 not found", wmt_common.TEST_SGM[0]
 
 
 def break_test_counts(raw):
-    path = raw / "dev" / "dev" / wmt.TEST_SGM[0]
+    path = raw / "dev" / "dev" / wmt_common.TEST_SGM[0]
     lines = open(path).read().split("\n")
     del lines[4]
     open(path, "w").write("\n".join(lines))
-    return f"{wmt.TEST_SGM[0]} has 19 segments but", "has 20"
+    return f"{wmt_common.TEST_SGM[0]} has 19 segments but", "has 20"
 
 
 def break_archive(raw):
@@ -217,7 +218,7 @@ def test_default_is_the_reference_subword_vocabulary_and_keeps_empty_pairs(tmp_p
 
     raw = small_tree(tmp_path / "raw", extra_en=["", "Straße_1 \\x café", "ka lo ."], extra_de=["ka .", "", "ka ."])
     dev = raw / "dev" / "dev"
-    references = wmt.read_sgm(str(dev / wmt.TEST_SGM[1]))
+    references = wmt_common.read_sgm(str(dev / wmt_common.TEST_SGM[1]))
     # Pretend our generated references are the reference's file: its md5 is what the manifest must recognise.
     monkeypatch.setitem(wmt.REFERENCE_TEST_MD5, "de", hashlib.md5("".join(r + "\n" for r in references).encode())
                         .hexdigest())
@@ -241,7 +242,7 @@ def test_default_is_the_reference_subword_vocabulary_and_keeps_empty_pairs(tmp_p
     vocab = subword.SubwordTextEncoder.from_file(str(out / "vocab.subwords"))
     decoded = sorted((vocab.decode(s), vocab.decode(t)) for f in manifest["files"] if f["split"] == "train"
                      for s, t in read_pairs(str(out / f["name"])))
-    raw_pairs = [wmt.read_parallel(f"{c}.en", f"{c}.de") for c in corpora]
+    raw_pairs = [wmt_common.read_parallel(f"{c}.en", f"{c}.de") for c in corpora]
     assert decoded == sorted(p for en, de in raw_pairs for p in zip(en, de))
     assert ("", "ka .") in decoded and ("Straße_1 \\x café", "") in decoded
     # newstest2014: the md5 of what we wrote, compared with the reference's files.
