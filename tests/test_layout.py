@@ -35,3 +35,35 @@ def _importers(prefix: str, folder: str = "mlperf_keras") -> list[str]:
 
 def test_only_the_train_entry_point_imports_data_prep():
     assert _importers("data_prep") == ["mlperf_keras/train.py"]
+
+
+def _module_graph() -> dict:
+    """module -> the modules of mlperf_keras and data_prep it imports (packages' __init__ files left out)."""
+    modules = {}
+    for folder in ("mlperf_keras", "data_prep"):
+        for path in _package_files(folder):
+            name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+            if not name.endswith(".__init__"):
+                modules[name] = path
+    return {name: sorted(m for m in _imported_modules(path) if m in modules and m != name)
+            for name, path in modules.items()}
+
+
+def test_no_import_cycles():
+    """Function-level imports count: a cycle through them still ties the two modules into one."""
+    graph = _module_graph()
+    cycles, done = [], set()
+
+    def visit(module, path):
+        if module in path:
+            cycles.append(path[path.index(module):] + [module])
+            return
+        if module in done:
+            return
+        for imported in graph[module]:
+            visit(imported, path + [module])
+        done.add(module)
+
+    for module in graph:
+        visit(module, [])
+    assert cycles == []

@@ -136,6 +136,23 @@ class TrainSampler:
             yield (users[idx], items[idx]), np.where(position < n, labels[idx], np.float32(PAD_LABEL))
 
 
+def rated_mask(sorted_items, lo, end, items, search_steps: int):
+    """Is items[i] in sorted_items[lo[i]:end[i]]? A vectorised lower-bound binary search in keras.ops, int32 only;
+    search_steps >= log2(longest block + 1). sorted_items must not be empty."""
+    from keras import ops
+
+    last = ops.shape(sorted_items)[0] - 1
+    hi = end
+    for _ in range(search_steps):
+        active = ops.less(lo, hi)
+        mid = ops.floor_divide(lo + hi, 2)
+        smaller = ops.less(ops.take(sorted_items, ops.minimum(mid, last)), items)
+        lo = ops.where(ops.logical_and(active, smaller), mid + 1, lo)
+        hi = ops.where(ops.logical_and(active, ops.logical_not(smaller)), mid, hi)
+    found = ops.equal(ops.take(sorted_items, ops.minimum(lo, last)), items)
+    return ops.logical_and(ops.less(lo, end), found)
+
+
 MAX_EVAL_ROUNDS = 10_000   # redraw rounds for eval negatives; a user with almost no unrated item needs many
 
 
@@ -156,8 +173,6 @@ def draw_eval_negatives(users: np.ndarray, positives: np.ndarray, num_items: int
     positives: this worker's training (user, item) rows, holding every training positive of `users`.
     """
     from keras import ops, random
-
-    from mlperf_keras.inputs.ncf_device import rated_mask
 
     users = np.asarray(users, np.int32)
     keys = np.unique(positives[:, 0].astype(np.int64) * num_items + positives[:, 1])

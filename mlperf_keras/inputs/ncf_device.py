@@ -23,9 +23,9 @@ Random numbers, two choices:
 keras.random.shuffle is not used for either: on TensorFlow it sorts float32 keys, whose 24 random bits tie
 hundreds of thousands of pairs at 100 M elements. The two-sort shuffle resolves ties by 62 bits.
 
-The rejection test is a binary search of each negative's item in its user's sorted block of rated items (the
-positives sorted by user, then item): int32 only, so ml-20m's 138,493 x 26,744 keys need no 64-bit integers,
-which JAX does not enable by default.
+The rejection test (inputs/ncf.py rated_mask, which the eval negatives share) is a binary search of each
+negative's item in its user's sorted block of rated items (the positives sorted by user, then item): int32 only, so
+ml-20m's 138,493 x 26,744 keys need no 64-bit integers, which JAX does not enable by default.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from mlperf_keras.counter_hash import GOLDEN, mix, random_bits
 from mlperf_keras.inputs.manifest import DataError
-from mlperf_keras.inputs.ncf import PAD_LABEL
+from mlperf_keras.inputs.ncf import PAD_LABEL, rated_mask
 
 MAX_ROUNDS = 1000   # redraw rounds; a user who rated (almost) every item could otherwise never get a negative
 RANDOM_SOURCES = ("stock", "hash")
@@ -75,23 +75,6 @@ def stock_permutation(key, stream, n: int):
     # Sorting by one set of 32-bit keys leaves ties in input order; permuting that result by a second independent
     # sort leaves only pairs that tie in both (64 bits), as jax.random.permutation's repeated sorts do.
     return tf.gather(tf.argsort(first, stable=True), tf.argsort(second, stable=True))
-
-
-def rated_mask(sorted_items, lo, end, items, search_steps: int):
-    """Is items[i] in sorted_items[lo[i]:end[i]]? A vectorised lower-bound binary search in keras.ops, int32 only;
-    search_steps >= log2(longest block + 1). sorted_items must not be empty."""
-    from keras import ops
-
-    last = ops.shape(sorted_items)[0] - 1
-    hi = end
-    for _ in range(search_steps):
-        active = ops.less(lo, hi)
-        mid = ops.floor_divide(lo + hi, 2)
-        smaller = ops.less(ops.take(sorted_items, ops.minimum(mid, last)), items)
-        lo = ops.where(ops.logical_and(active, smaller), mid + 1, lo)
-        hi = ops.where(ops.logical_and(active, ops.logical_not(smaller)), mid, hi)
-    found = ops.equal(ops.take(sorted_items, ops.minimum(lo, last)), items)
-    return ops.logical_and(ops.less(lo, end), found)
 
 
 def _sort_key(counters, key0, key1):
