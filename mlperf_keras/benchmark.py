@@ -61,7 +61,7 @@ def _block(value):
 def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers: int) -> dict:
     """Throughput in samples/s, where global_batch is the samples one step processes on all workers."""
     from mlperf_keras import loop
-    from mlperf_keras.workloads.base import RepeatedBatch
+    from mlperf_keras.interfaces import RepeatedBatch
 
     x, y = batch
     for _ in range(warmup):

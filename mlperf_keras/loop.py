@@ -17,7 +17,7 @@ import time
 from mlperf_keras import mlperf_log
 from mlperf_keras.mlperf_log import C
 from mlperf_keras.config import RunConfig, counted, format_quality, quality_finite
-from mlperf_keras.workloads.base import RepeatedBatch
+from mlperf_keras.interfaces import RepeatedBatch
 
 
 @dataclasses.dataclass

@@ -67,3 +67,15 @@ def test_no_import_cycles():
     for module in graph:
         visit(module, [])
     assert cycles == []
+
+
+BUILDING_BLOCKS = ("inputs", "layers", "metrics", "optimizers", "decoding", "compliance")
+
+
+def test_building_blocks_import_no_workload_and_no_reporter():
+    """workloads/ and reporting/ sit above the blocks they assemble (metrics/bleu.py once imported Evaluator from
+    workloads/base.py)."""
+    upward = [f"{module} -> {imported}" for module, imports in _module_graph().items()
+              if module.split(".")[1] in BUILDING_BLOCKS
+              for imported in imports if imported.split(".")[1] in ("workloads", "reporting")]
+    assert upward == []

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mlperf_keras.workloads.base import Evaluator
+from mlperf_keras.interfaces import Evaluator
 
 NUM_STATS = 10  # hyp length, ref length, 4 n-gram match counts, 4 n-gram totals
 

@@ -45,7 +45,8 @@ import numpy as np
 
 from mlperf_keras.inputs import text
 from mlperf_keras.inputs.manifest import worker_shards
-from mlperf_keras.workloads.base import TrainData, Workload
+from mlperf_keras.interfaces import TrainData
+from mlperf_keras.workloads.base import Workload
 
 # WMT16 En-De as the reference prepares it (3,498,161 training pairs at max length 50; vocabulary 32,320 in
 # NVIDIA's logs), for --dry_run and --synthetic without a prepared dataset.

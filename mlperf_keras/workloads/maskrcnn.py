@@ -56,9 +56,9 @@ import os
 import numpy as np
 
 from mlperf_keras.config import ConfigError
+from mlperf_keras.interfaces import Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData
 from mlperf_keras.layers import backbone_weights
-from mlperf_keras.workloads.base import (Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData, Workload,
-                                         per_worker_eval_batch)
+from mlperf_keras.workloads.base import Workload, per_worker_eval_batch
 
 # COCO 2017's counts (the reference's 2014 train + valminusminival / minival files hold the same images), for
 # --dry_run and --synthetic: 117,266 training images with a usable annotation, 5,000 val images.

@@ -20,8 +20,9 @@ import numpy as np
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs import ncf as ncf_input
 from mlperf_keras.inputs.manifest import worker_shards
+from mlperf_keras.interfaces import Evaluator, TrainData
 from mlperf_keras.metrics.ranking import hits_at_k
-from mlperf_keras.workloads.base import Evaluator, TrainData, Workload
+from mlperf_keras.workloads.base import Workload
 
 # ml-20m after the reference filtering (the reference's filtering: users with at least 20 ratings), for --dry_run and --synthetic without data.
 ML20M = {"num_users": 138_493, "num_items": 26_744, "train_positives": 20_000_263 - 138_493}

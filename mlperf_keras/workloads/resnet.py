@@ -36,8 +36,8 @@ import math
 import numpy as np
 
 from mlperf_keras.config import ConfigError
-from mlperf_keras.workloads.base import (Evaluator, RepeatedBatch, TrainData, Workload, per_worker_eval_batch,
-                                         worker_share)
+from mlperf_keras.interfaces import Evaluator, RepeatedBatch, TrainData, worker_share
+from mlperf_keras.workloads.base import Workload, per_worker_eval_batch
 
 # ImageNet-2012 sizes, for --dry_run and --synthetic without data.
 IMAGENET = {"train_images": 1_281_167, "val_images": 50_000}

@@ -39,9 +39,9 @@ import numpy as np
 
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs import default_boxes
+from mlperf_keras.interfaces import Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData
 from mlperf_keras.layers import backbone_weights
-from mlperf_keras.workloads.base import (Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData, Workload,
-                                         per_worker_eval_batch)
+from mlperf_keras.workloads.base import Workload, per_worker_eval_batch
 
 # COCO 2017 as the reference reads it (images with at least one annotation), for --dry_run and --synthetic.
 COCO2017 = {"train_images": 117_266, "val_images": 4_952, "num_classes": 81}

@@ -23,7 +23,8 @@ import numpy as np
 
 from mlperf_keras.inputs import text
 from mlperf_keras.inputs.manifest import worker_shards
-from mlperf_keras.workloads.base import TrainData, Workload
+from mlperf_keras.interfaces import TrainData
+from mlperf_keras.workloads.base import Workload
 
 # WMT17 En-De as the reference prepares it (europarl v7 + commoncrawl + news-commentary v12), for --dry_run and
 # --synthetic without a prepared dataset.
