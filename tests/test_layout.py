@@ -79,3 +79,11 @@ def test_building_blocks_import_no_workload_and_no_reporter():
               if module.split(".")[1] in BUILDING_BLOCKS
               for imported in imports if imported.split(".")[1] in ("workloads", "reporting")]
     assert upward == []
+
+
+def test_workloads_read_the_rules_from_compliance_not_from_the_reporter():
+    """The ruleset tables and closed checks live in compliance/, which the reporter imports too (workloads/maskrcnn.py
+    once imported reporting.rules)."""
+    assert [f"{module} -> {imported}" for module, imports in _module_graph().items()
+            if module.startswith("mlperf_keras.workloads.")
+            for imported in imports if imported.startswith("mlperf_keras.reporting.")] == []

@@ -142,12 +142,11 @@ def test_closed_division_refuses_a_batch_whose_lr_fails_the_checker(batch, rules
 def test_closed_division_accepts_a_batch_whose_lr_passes_the_checker(batch, ruleset):
     """The checker's own rule passes on the LR the run would log (0.02 x batch / 16), and check() lets it run."""
     from mlperf_keras.compliance import closed_rules
-    from mlperf_keras.workloads import maskrcnn as workload_module
 
     workload, manifest, config, _ = resolve(dry_run=True, batch_size=batch, ruleset=ruleset)
     lr = 0.02 * batch / 16
     assert workload.mllog_hparams(config)["opt_base_learning_rate"] == pytest.approx(lr)
-    for checker in workload_module.closed_lr_rulesets("maskrcnn", ruleset):
+    for checker in closed_rules.judging_rulesets("maskrcnn", ruleset):
         lines = [("global_batch_size", batch), ("opt_base_learning_rate", lr)]
         assert not closed_rules.fails("maskrcnn", checker, lines, "opt_base_learning_rate"), (checker, lr)
     assert workload.check(config, manifest) is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import types
+from typing import Callable
 
 import yaml
 
@@ -57,3 +58,59 @@ def fails(benchmark: str, ruleset: str, lines: list[tuple[str, object]], key: st
     finally:
         mlp_compliance.enqueued_configs[:] = queued
     return key in checker.overwritable
+
+
+def judging_rulesets(benchmark: str, ruleset: str) -> list[str]:
+    """The checker rulesets that judge a closed run's logged values: the one the reporter checks this project's logs
+    at (rules.CHECKER_RULESET), and the run's own round's where mlperf-logging has one (0.7.0 for --ruleset=0.7: a
+    v0.7 submission meets that checker)."""
+    from mlperf_keras.compliance import rules
+
+    own_round, _ = rules.round_checker_ruleset(benchmark, ruleset)
+    return [r for r in dict.fromkeys([rules.checker_ruleset(benchmark), own_round]) if r]
+
+
+def refuse_failing_batch(config, benchmark: str, key: str, logged_at: Callable[[int], float],
+                         explain: Callable[[int], str], search: int = 64) -> None:
+    """Refuse (ConfigError) a global batch at which the value the run would log for key, logged_at(global batch),
+    fails the closed checker's rule of key (judging_rulesets; the checker's own expression, run by fails), naming the
+    nearest global batches that pass (within `search` of this one) and --division=open. explain(batch) says how the
+    value follows from the batch, for the message."""
+    from importlib import metadata
+
+    from mlperf_keras.config import ConfigError
+
+    batch = config.global_batch_size
+    rulesets = judging_rulesets(benchmark, config.ruleset)
+
+    def failing(b):
+        lines = [("global_batch_size", b), (key, logged_at(b))]
+        return [r for r in rulesets if fails(benchmark, r, lines, key)]
+
+    failed = failing(batch)
+    if not failed:
+        return
+    below = next((b for b in range(batch - 1, max(0, batch - search), -1) if not failing(b)), None)
+    above = next((b for b in range(batch + 1, batch + search) if not failing(b)), None)
+    near = " or ".join(str(b) for b in (below, above) if b is not None) or f"none within {search} of {batch}"
+    workers = config.num_workers
+    if workers > 1 and any(b is not None and b % workers for b in (below, above)):
+        # A global batch must split evenly over the workers: name the nearest one these workers can run.
+        splittable = sorted(range(workers, batch + search * workers, workers), key=lambda b: (abs(b - batch), b))
+        multiple = next((b for b in splittable if not failing(b)), None)
+        if multiple is not None:
+            near += f"; on these {workers} workers: {multiple} ({multiple // workers} per worker)"
+    demands = "; ".join(f"{os.path.relpath(rules_file(benchmark, r), _checker_root())} demands "
+                        f"{rule_text(benchmark, r, key)}" for r in failed)
+    raise ConfigError(
+        f"global batch {batch} would log {key} {logged_at(batch):g} ({explain(batch)}), which fails the "
+        f"closed-division checker (mlperf-logging {metadata.version('mlperf-logging')}, {demands}), so the log would "
+        f"not be a valid result; the nearest global batches that pass (--batch_size): {near}; or pass "
+        f"--division=open to run it anyway")
+
+
+def _checker_root() -> str:
+    """The folder holding the mlperf_logging package, so that messages name its files as mlperf_logging/..."""
+    import mlperf_logging
+
+    return os.path.dirname(os.path.dirname(mlperf_logging.__file__))

@@ -160,7 +160,7 @@ _SSD_V07 = {
 }
 
 # Mask R-CNN: learning_rate per 16 images; the workload's check refuses a scaled LR the checker fails
-# (workloads.maskrcnn.check_closed_learning_rate: opt_base_learning_rate 0.02 x K), so the entry adds nothing.
+# (compliance.closed_rules.refuse_failing_batch: opt_base_learning_rate 0.02 x K), so the entry adds nothing.
 _MASKRCNN_LR = Tunable("opt_base_learning_rate (v0.5/v0.6: the SGD scheme's integer r)", "0.02 x K, K an integer "
                        "(checked by the workload against the checker)")
 _MASKRCNN_DECAY = Tunable("opt_learning_rate_decay_steps", "(60000, 80000) x (1 + K/10) x 16 / global batch, "

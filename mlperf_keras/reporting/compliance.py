@@ -16,8 +16,7 @@ import os
 import yaml
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from mlperf_keras.compliance import NCF_RULES
-from mlperf_keras.reporting import rules
+from mlperf_keras.compliance import NCF_RULES, rules
 from mlperf_keras.reporting.records import Compliance
 
 # Rules files for benchmarks no official ruleset knows (written for the official checker engine).

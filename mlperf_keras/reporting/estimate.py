@@ -25,7 +25,7 @@ import os
 import statistics
 from typing import List, Optional
 
-from mlperf_keras.reporting import rules
+from mlperf_keras.compliance import rules
 from mlperf_keras.reporting.score import olympic_mean
 
 # The naive estimator's neighbourhood: other submissions at a global batch within this factor.

@@ -14,7 +14,7 @@ import os
 import re
 import statistics
 
-from mlperf_keras.reporting import rules
+from mlperf_keras.compliance import rules
 from mlperf_keras.reporting.logfiles import read_events
 from mlperf_keras.reporting.records import Problem, RunRecord
 from mlperf_keras.reporting.systems import SystemRegistry, describe_system

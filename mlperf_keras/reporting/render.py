@@ -6,7 +6,7 @@ import re
 
 import pandas as pd
 
-from mlperf_keras.reporting import rules
+from mlperf_keras.compliance import rules
 from mlperf_keras.reporting.markdown import table
 from mlperf_keras.reporting.parse import display_path
 from mlperf_keras.reporting.systems import device_words

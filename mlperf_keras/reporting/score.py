@@ -11,7 +11,7 @@ import collections
 import dataclasses
 from typing import List, Optional
 
-from mlperf_keras.reporting import rules
+from mlperf_keras.compliance import rules
 from mlperf_keras.reporting.records import Problem
 
 

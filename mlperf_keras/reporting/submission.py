@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 
-from mlperf_keras.reporting import rules
+from mlperf_keras.compliance import rules
 
 # Every field mlperf_logging.system_desc_checker requires, in its order.
 SYSTEM_FIELDS = (

@@ -38,7 +38,7 @@ class Workload(abc.ABC):
 
     default_max_epochs: int = 50
     # --ruleset when none is given: v0.5 defines every workload (NCF exists only there), and its logs pass the
-    # checks the reporter applies (reporting/rules.CHECKER_RULESET) except where a workload says otherwise.
+    # checks the reporter applies (compliance/rules.CHECKER_RULESET) except where a workload says otherwise.
     default_ruleset: str = "0.5"
 
     def default_epochs(self, hparams: dict, global_batch: int) -> int:

@@ -19,7 +19,7 @@ paths below are under maskrcnn_benchmark/):
   configs/e2e_mask_rcnn_R_50_FPN_1x.yaml): the reference does not evaluate at MAX_ITER, so its last evaluation is
   the 12th at batch 16 (iteration 87,960), and --max_epochs defaults to that count (max_epochs), one more refused
   in the closed division; the closed division refuses a global batch whose scaled LR the official checker fails
-  (check_closed_learning_rate);
+  (compliance/closed_rules.py refuse_failing_batch);
 - evaluation every epoch_size // batch + 1 iterations (data/build.py make_data_loader's iterations_per_epoch,
   tools/train_mlperf.py mlperf_test_early_exit: 7,330 at batch 16), the training batches one stream of passes over
   the data as IterationBasedBatchSampler serves them (inputs.maskrcnn.stream_position); 1000 proposals per image
@@ -55,6 +55,7 @@ import os
 
 import numpy as np
 
+from mlperf_keras.compliance import closed_rules
 from mlperf_keras.config import ConfigError
 from mlperf_keras.interfaces import Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData
 from mlperf_keras.layers import backbone_weights
@@ -97,60 +98,6 @@ def padded_shape(landscape: bool, min_size: int, max_size: int) -> tuple[int, in
 def base_learning_rate(hp: dict, global_batch: int) -> float:
     """opt_base_learning_rate: the reference's LR per 16 images, scaled linearly to the global batch."""
     return hp["learning_rate"] * global_batch / REFERENCE_BATCH
-
-
-def closed_lr_rulesets(benchmark: str, ruleset: str) -> list[str]:
-    """The checker rulesets that judge a closed run's logged LR: the one the reporter checks this project's logs at
-    (reporting.rules.CHECKER_RULESET), and the run's own round's where mlperf-logging has one (0.7.0 for --ruleset=0.7:
-    a v0.7 submission meets that checker)."""
-    from mlperf_keras.reporting import rules
-
-    own_round, _ = rules.round_checker_ruleset(benchmark, ruleset)
-    return [r for r in dict.fromkeys([rules.checker_ruleset(benchmark), own_round]) if r]
-
-
-def check_closed_learning_rate(config, benchmark: str, search: int = 64) -> None:
-    """Refuse (ConfigError) a global batch whose linearly scaled LR fails the closed checker's
-    opt_base_learning_rate rule (compliance.closed_rules runs the checker's own expression), naming the nearest
-    global batches that pass (within `search` of this one) and --division=open."""
-    from importlib import metadata
-
-    from mlperf_keras.compliance import closed_rules
-
-    key, hp, batch = "opt_base_learning_rate", config.hparams, config.global_batch_size
-    rulesets = closed_lr_rulesets(benchmark, config.ruleset)
-
-    def failing(b):
-        lines = [("global_batch_size", b), (key, base_learning_rate(hp, b))]
-        return [r for r in rulesets if closed_rules.fails(benchmark, r, lines, key)]
-
-    failed = failing(batch)
-    if not failed:
-        return
-    below = next((b for b in range(batch - 1, max(0, batch - search), -1) if not failing(b)), None)
-    above = next((b for b in range(batch + 1, batch + search) if not failing(b)), None)
-    near = " or ".join(str(b) for b in (below, above) if b is not None) or f"none within {search} of {batch}"
-    workers = config.num_workers
-    if workers > 1 and any(b is not None and b % workers for b in (below, above)):
-        # A global batch must split evenly over the workers: name the nearest one these workers can run.
-        splittable = sorted(range(workers, batch + search * workers, workers), key=lambda b: (abs(b - batch), b))
-        multiple = next((b for b in splittable if not failing(b)), None)
-        if multiple is not None:
-            near += f"; on these {workers} workers: {multiple} ({multiple // workers} per worker)"
-    rules = "; ".join(f"{os.path.relpath(closed_rules.rules_file(benchmark, r), _checker_root())} demands "
-                      f"{closed_rules.rule_text(benchmark, r, key)}" for r in failed)
-    raise ConfigError(
-        f"global batch {batch} would log {key} {base_learning_rate(hp, batch):g} ({hp['learning_rate']:g} x "
-        f"{batch} / {REFERENCE_BATCH}), which fails the closed-division checker (mlperf-logging "
-        f"{metadata.version('mlperf-logging')}, {rules}), so the log would not be a valid result; the nearest "
-        f"global batches that pass (--batch_size): {near}; or pass --division=open to run it anyway")
-
-
-def _checker_root() -> str:
-    """The folder holding the mlperf_logging package, so that messages name its files as mlperf_logging/..."""
-    import mlperf_logging
-
-    return os.path.dirname(os.path.dirname(mlperf_logging.__file__))
 
 
 def spec_of(hp: dict):
@@ -274,7 +221,10 @@ class MaskRCNN(Workload):
             raise ConfigError(f"paste_processes={hp['paste_processes']}: 0 (as many as the host's cores allow), "
                               f"1 (paste the eval masks in the worker itself) or more processes")
         if config.closed_division:
-            check_closed_learning_rate(config, self.name)
+            # opt_base_learning_rate scales linearly with the global batch; the closed checker accepts few of them.
+            closed_rules.refuse_failing_batch(
+                config, self.name, "opt_base_learning_rate", lambda batch: base_learning_rate(hp, batch),
+                lambda batch: f"{hp['learning_rate']:g} x {batch} / {REFERENCE_BATCH}")
             cap = max_epochs(hp, config.global_batch_size)
             if config.max_epochs > cap:
                 raise ConfigError(

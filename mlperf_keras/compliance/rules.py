@@ -1,4 +1,4 @@
-"""MLPerf Training rules the reporter applies: benchmarks, runs per result, targets, checker rulesets.
+"""MLPerf Training rules the reporter and the workloads apply: benchmarks, runs per result, targets, checker rulesets.
 
 Sources: the MLPerf training rules of each round (mlcommons/training_policies), the published results
 (mlcommons/training_results_v0.5 ... v0.7) and the installed mlperf-logging package
