@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import pickle
 import re
-import sys
-import time
 from typing import Mapping
 
 import numpy as np
 from absl import flags
 
+from data_prep import backbone_convert
 from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError
-from mlperf_keras.layers import backbone_weights
 
 RESNET50_BLOCKS = (3, 4, 6, 3)   # res2..res5
 _BRANCH = {"branch2a": "1", "branch2b": "2", "branch2c": "3", "branch1": "proj"}
@@ -72,22 +70,7 @@ def convert(blobs: Mapping[str, np.ndarray], source: str = "pickle") -> dict[str
     """Detectron blobs (NumPy, Caffe2 layout) -> {our variable name: float32 array}."""
     if "blobs" in blobs and isinstance(blobs["blobs"], Mapping):
         blobs = blobs["blobs"]
-    out = {}
-    for key, value in blobs.items():
-        try:
-            name = keras_name(key)
-        except DataError as e:
-            raise DataError(f"{source}: {e}") from None
-        if name is None:
-            continue
-        value = np.asarray(value, dtype=np.float32)
-        if name.endswith("/kernel"):
-            if value.ndim != 4:
-                raise DataError(f"{source}: {key} has shape {value.shape}, a convolution weight is 4-D (OIHW)")
-            value = value.transpose(2, 3, 1, 0)   # OIHW -> HWIO
-        elif value.ndim != 1:
-            raise DataError(f"{source}: {key} has shape {value.shape}, an affine channel blob is 1-D")
-        out[name] = np.ascontiguousarray(value)
+    out = backbone_convert.to_keras_arrays(blobs, keras_name, source, "an affine channel blob")
     missing = [n for n in expected_names() if n not in out]
     if missing:
         raise DataError(f"{source}: no blob for {missing[0]} ({len(missing)} backbone variables missing); expected "
@@ -110,11 +93,7 @@ def read_pickle(path: str) -> dict:
 
 def convert_file(pickle_path: str, output: str) -> int:
     """The .pkl -> the .npz (written to a temporary name, then renamed); returns the number of arrays written."""
-    arrays = convert(read_pickle(pickle_path), source=pickle_path)
-    try:
-        return backbone_weights.write_npz(output, arrays)
-    except OSError as e:
-        raise DataError(f"{output}: cannot write ({e})") from None
+    return backbone_convert.write_npz(output, convert(read_pickle(pickle_path), source=pickle_path))
 
 
 FLAGS = flags.FLAGS
@@ -122,13 +101,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    start = time.time()
-    try:
-        count = convert_file(FLAGS.detectron_pickle, FLAGS.output)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    print(f"wrote {count} backbone arrays to {FLAGS.output} in {time.time() - start:.1f} s")
+    backbone_convert.run(convert_file, FLAGS.detectron_pickle, FLAGS.output, "arrays")
 
 
 def define_flags():

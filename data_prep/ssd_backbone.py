@@ -16,16 +16,14 @@ torch's layout and naming, so it is testable (and usable) without torch.
 from __future__ import annotations
 
 import re
-import sys
-import time
 from typing import Mapping
 
 import numpy as np
 from absl import flags
 
+from data_prep import backbone_convert
 from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError
-from mlperf_keras.layers import backbone_weights
 
 RESNET34_BACKBONE_BLOCKS = (3, 4, 6)   # torchvision resnet34's layer1..layer3
 BN_VARIABLES = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean", "running_var": "moving_variance"}
@@ -90,23 +88,8 @@ def convert(state_dict: Mapping[str, np.ndarray], source: str = "state dict",
     if missing:
         raise DataError(f"{source}: no {missing[0]} ({len(missing)} backbone tensors missing); expected the state "
                         f"dict of torchvision.models.resnet34")
-    out = {}
-    for key, value in state_dict.items():
-        try:
-            name = keras_name(key, len(block_sizes))
-        except DataError as e:
-            raise DataError(f"{source}: {e}") from None
-        if name is None:
-            continue
-        value = np.asarray(value, dtype=np.float32)
-        if name.endswith("/kernel"):
-            if value.ndim != 4:
-                raise DataError(f"{source}: {key} has shape {value.shape}, a convolution weight is 4-D (OIHW)")
-            value = value.transpose(2, 3, 1, 0)   # OIHW -> HWIO
-        elif value.ndim != 1:
-            raise DataError(f"{source}: {key} has shape {value.shape}, a batch-norm tensor is 1-D")
-        out[name] = np.ascontiguousarray(value)
-    return out
+    return backbone_convert.to_keras_arrays(state_dict, lambda key: keras_name(key, len(block_sizes)), source,
+                                            "a batch-norm tensor")
 
 
 def read_torch_state_dict(path: str) -> dict[str, np.ndarray]:
@@ -130,11 +113,7 @@ def read_torch_state_dict(path: str) -> dict[str, np.ndarray]:
 
 def convert_file(checkpoint: str, output: str) -> int:
     """The .pth -> the .npz (written to a temporary name, then renamed); returns the number of tensors written."""
-    arrays = convert(read_torch_state_dict(checkpoint), source=checkpoint)
-    try:
-        return backbone_weights.write_npz(output, arrays)
-    except OSError as e:
-        raise DataError(f"{output}: cannot write ({e})") from None
+    return backbone_convert.write_npz(output, convert(read_torch_state_dict(checkpoint), source=checkpoint))
 
 
 FLAGS = flags.FLAGS
@@ -142,13 +121,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    start = time.time()
-    try:
-        count = convert_file(FLAGS.torchvision_checkpoint, FLAGS.output)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    print(f"wrote {count} backbone tensors to {FLAGS.output} in {time.time() - start:.1f} s")
+    backbone_convert.run(convert_file, FLAGS.torchvision_checkpoint, FLAGS.output, "tensors")
 
 
 def define_flags():
