@@ -45,8 +45,7 @@ import numpy as np
 
 from mlperf_keras.inputs import text
 from mlperf_keras.inputs.manifest import worker_shards
-from mlperf_keras.interfaces import TrainData
-from mlperf_keras.workloads.base import Workload
+from mlperf_keras.workloads.translation import TextTrainData, TranslationWorkload
 
 # WMT16 En-De as the reference prepares it (3,498,161 training pairs at max length 50; vocabulary 32,320 in
 # NVIDIA's logs), for --dry_run and --synthetic without a prepared dataset.
@@ -82,9 +81,8 @@ def smoothed_loss(targets, logits, smoothing: float):
     return total / ops.maximum(sentences, 1.0)
 
 
-class GNMT(Workload):
+class GNMT(TranslationWorkload):
     name = "gnmt"
-    metric_name = "BLEU"
     throughput_unit = "tokens"          # source + target tokens, the reference's and NVIDIA's Tok/s
     batch_unit = "sentences"
     train_flops_per_sample = 765e6 / 2  # ~765 MFLOP per target token (estimate, 3x the forward pass); about half per counted token
@@ -138,13 +136,11 @@ class GNMT(Workload):
 
     _manifest = None  # the prepared data's manifest, kept by dataset_hparams for the logged schedule steps
 
+    manifest_counts = (*TranslationWorkload.manifest_counts, "max_length")
+
     def dataset_hparams(self, manifest):
         self._manifest = manifest
-        if manifest is None:
-            return {}
-        counts = manifest["counts"]
-        return {"vocab_size": counts["vocab_size"], "train_pairs": counts["train_pairs"],
-                "eval_sentences": counts["eval_sentences"], "max_length": counts["max_length"]}
+        return super().dataset_hparams(manifest)
 
     def default_global_batch(self, hparams, num_workers, per_worker_preset):
         return (per_worker_preset or hparams["batch_size"]) * num_workers
@@ -243,21 +239,15 @@ class GNMT(Workload):
         pipeline = text.GlobalBatchTrainPipeline(files, self.bucket_plan(config), config.hparams["max_length"], steps,
                                                  config.hparams["shuffle_buffer"], config.seed, dist.rank,
                                                  dist.world_size, as_numpy=config.backend != "tensorflow")
-        return _CountingTrainData(pipeline, steps, manifest["counts"]["train_pairs"], self, config, dist)
+        return self.train_stream(pipeline, steps, manifest["counts"]["train_pairs"], config, dist)
 
-    def synthetic_train_data(self, config, dist):
-        hp = config.hparams
-        plan = self.bucket_plan(config)
-        steps = self.steps_per_epoch(config, None)
-        source = text.SyntheticTextBatches(plan, hp["vocab_size"], hp["max_length"],
-                                           hp["train_pairs"] // config.num_workers, steps, config.seed + dist.rank)
-        return _CountingTrainData(source, steps, hp["train_pairs"], self, config, dist)
+    def train_stream(self, source, steps, samples, config, dist):
+        return _CountingTrainData(source, steps, samples, self, config, dist)
 
     def evaluator(self, config, dist, manifest):
         hp = config.hparams
         if manifest is None:
-            sources, references, detokenize = text.synthetic_eval_set(hp["eval_sentences"], hp["vocab_size"],
-                                                                      min(hp["max_length"], 64), config.seed)
+            sources, references, detokenize = self.synthetic_eval_set(config)
             total = len(sources)
         else:
             sources, references, vocab_path = text.load_eval_records(config.data_dir, manifest)
@@ -289,21 +279,12 @@ class GNMT(Workload):
                 "opt_learning_rate_remain_steps": s["remain"], "opt_learning_rate_warmup_steps": s["warmup"],
                 "max_sequence_length": hp["max_length"]}
 
-    def mllog_hparam_metadata(self, config):
-        return {"max_sequence_length": {"method": "discard"}}
 
-    def mllog_accuracy(self, metric, config):
-        """BLEU is logged out of 100 in v0.5/v0.6 and as a fraction from v0.7 on."""
-        return metric if config.ruleset in ("0.5", "0.6") else metric / 100.0
-
-    # -- Demo -----------------------------------------------------------------------------------------------------
-
-
-class _CountingTrainData(TrainData):
+class _CountingTrainData(TextTrainData):
     """The batches of one epoch, counting their real tokens (samples_in_batch) for the epoch's tokens/s."""
 
     def __init__(self, source, steps, samples, workload, config, dist):
-        self.source, self.steps_per_epoch, self.samples_per_epoch = source, steps, samples
+        super().__init__(source, steps, samples)
         self.workload, self.config, self.dist = workload, config, dist
         self._tokens = 0
 

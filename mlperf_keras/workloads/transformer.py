@@ -23,8 +23,7 @@ import numpy as np
 
 from mlperf_keras.inputs import text
 from mlperf_keras.inputs.manifest import worker_shards
-from mlperf_keras.interfaces import TrainData
-from mlperf_keras.workloads.base import Workload
+from mlperf_keras.workloads.translation import TextTrainData, TranslationWorkload
 
 # WMT17 En-De as the reference prepares it (europarl v7 + commoncrawl + news-commentary v12), for --dry_run and
 # --synthetic without a prepared dataset.
@@ -168,9 +167,8 @@ def smoothed_cross_entropy(targets, logits, smoothing: float, vocab_size: int):
     return ops.sum((xent - normaliser) * weights) / ops.maximum(ops.sum(weights), 1.0)
 
 
-class Transformer(Workload):
+class Transformer(TranslationWorkload):
     name = "transformer"
-    metric_name = "BLEU"
     throughput_unit = "tokens"         # target tokens: real ones in samples_in_batch; the loop's rate uses the budget
     batch_unit = "tokens"              # a token budget: each length bucket takes budget // its length rows
     train_flops_per_sample = 1.26e9    # per target token, Transformer big (estimate: 3x the forward pass)
@@ -222,13 +220,6 @@ class Transformer(Workload):
                               f"uses the reference's subword vocabulary: prepare it again with python -m "
                               f"data_prep.wmt (--vocab_kind=subword, the default), or pass --division=open")
 
-    def dataset_hparams(self, manifest):
-        if manifest is None:
-            return {}
-        counts = manifest["counts"]
-        return {"vocab_size": counts["vocab_size"], "train_pairs": counts["train_pairs"],
-                "eval_sentences": counts["eval_sentences"]}
-
     def default_global_batch(self, hparams, num_workers, per_worker_preset):
         return (per_worker_preset or hparams["batch_tokens"]) * num_workers
 
@@ -274,24 +265,15 @@ class Transformer(Workload):
         steps = self.steps_per_epoch(config, manifest)
         files = [os.path.join(config.data_dir, f["name"])
                  for f in worker_shards(manifest, "train", dist.rank, dist.world_size)]
-        return _TextTrainData(text.TrainPipeline(files, plan, config.hparams["max_length"], steps,
-                                                 config.hparams["shuffle_buffer"], config.seed, dist.rank,
-                                                 as_numpy=config.backend != "tensorflow"),
-                              steps, manifest["counts"]["train_pairs"])
-
-    def synthetic_train_data(self, config, dist):
-        hp = config.hparams
-        plan = self.bucket_plan(config)
-        steps = self.steps_per_epoch(config, None)
-        source = text.SyntheticTextBatches(plan, hp["vocab_size"], hp["max_length"],
-                                           hp["train_pairs"] // config.num_workers, steps, config.seed + dist.rank)
-        return _TextTrainData(source, steps, hp["train_pairs"])
+        return TextTrainData(text.TrainPipeline(files, plan, config.hparams["max_length"], steps,
+                                                config.hparams["shuffle_buffer"], config.seed, dist.rank,
+                                                as_numpy=config.backend != "tensorflow"),
+                             steps, manifest["counts"]["train_pairs"])
 
     def evaluator(self, config, dist, manifest):
         hp = config.hparams
         if manifest is None:
-            sources, references, detokenize = text.synthetic_eval_set(hp["eval_sentences"], hp["vocab_size"],
-                                                                      min(hp["max_length"], 64), config.seed)
+            sources, references, detokenize = self.synthetic_eval_set(config)
             indices = np.arange(len(sources))
             total = len(sources)
         else:
@@ -310,18 +292,3 @@ class Transformer(Workload):
                 "opt_learning_rate_warmup_steps": hp["warmup_steps"],
                 "opt_adam_beta_1": hp["beta_1"], "opt_adam_beta_2": hp["beta_2"],
                 "opt_adam_epsilon": hp["epsilon"], "max_sequence_length": hp["max_length"]}
-
-    def mllog_hparam_metadata(self, config):
-        return {"max_sequence_length": {"method": "discard"}}
-
-    def mllog_accuracy(self, metric, config):
-        """BLEU is logged out of 100 in v0.5/v0.6 and as a fraction from v0.7 on."""
-        return metric if config.ruleset in ("0.5", "0.6") else metric / 100.0
-
-
-class _TextTrainData(TrainData):
-    def __init__(self, source, steps, samples):
-        self.source, self.steps_per_epoch, self.samples_per_epoch = source, steps, samples
-
-    def batches(self, epoch):
-        return self.source.batches(epoch)
