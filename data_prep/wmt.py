@@ -49,7 +49,7 @@ import numpy as np
 from absl import app, flags
 
 from data_prep import cli
-from data_prep.wmt_common import check_corpora_and_shards, read_raw_corpus, write_test_sgm
+from data_prep.wmt_common import check_corpora_and_shards, read_raw_corpus, write_eval_set, write_test_sgm
 from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
@@ -241,14 +241,7 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
             if (k + 1) % max(1, num_shards // 10) == 0 or k + 1 == num_shards:
                 log(f"  wrote train shard {k + 1}/{num_shards}")
 
-        name = "eval-00000-of-00001.tfrecord"
-        with tf.io.TFRecordWriter(out.path(name)) as writer:
-            for index, ids in enumerate(eval_ids):
-                writer.write(text.serialize_eval(index, ids))
-        out.add(name, rows=len(eval_ids), split="eval")
-        with open(out.path("newstest2014.de"), "w", encoding="utf-8", newline="\n") as f:
-            f.write("".join(line + "\n" for line in test_ref))
-        out.add("newstest2014.de", rows=len(test_ref), split="reference")
+        write_eval_set(out, eval_ids, test_ref)
         test_md5 = {"en": text_md5(test_src), "de": text_md5(test_ref)}
         same = {lang: test_md5[lang] == REFERENCE_TEST_MD5[lang] for lang in test_md5}
         for lang in ("en", "de"):

@@ -184,6 +184,26 @@ def read_test_set(raw: RawFiles, found: dict) -> tuple[list[str], list[str], str
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Writing the prepared eval set
+
+def write_eval_set(out, eval_ids, references) -> None:
+    """Into the StagedOutput out: the encoded test source as one eval shard (each record its line index and ids) and
+    the German references as read (newstest2014.de, for BLEU), both listed in the manifest."""
+    import tensorflow as tf
+
+    from mlperf_keras.inputs import text
+
+    name = "eval-00000-of-00001.tfrecord"
+    with tf.io.TFRecordWriter(out.path(name)) as writer:
+        for index, ids in enumerate(eval_ids):
+            writer.write(text.serialize_eval(index, ids))
+    out.add(name, rows=len(eval_ids), split="eval")
+    with open(out.path("newstest2014.de"), "w", encoding="utf-8", newline="\n") as f:
+        f.write("".join(line + "\n" for line in references))
+    out.add("newstest2014.de", rows=len(references), split="reference")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Writing (generated corpora in the official layout)
 
 def write_test_sgm(directory: str, pairs) -> None:

@@ -42,7 +42,7 @@ import numpy as np
 from absl import flags
 
 from data_prep import cli
-from data_prep.wmt_common import check_corpora_and_shards, read_raw_corpus, write_test_sgm
+from data_prep.wmt_common import check_corpora_and_shards, read_raw_corpus, write_eval_set, write_test_sgm
 from mlperf_keras import entry
 from mlperf_keras.inputs.manifest import DataError, StagedOutput
 
@@ -219,14 +219,7 @@ def prepare(raw_dir: str, output_dir: str, corpora=tuple(CORPORA), merges: int =
                 for r in rows:
                     writer.write(text.serialize_pair(src[order[r]], tgt[order[r]]))
             out.add(name, rows=len(rows), split="train", lengths=text.length_histogram(lengths[rows], max_length))
-        name = "eval-00000-of-00001.tfrecord"
-        with tf.io.TFRecordWriter(out.path(name)) as writer:
-            for i, ids in enumerate(encode(test_bpe, index)):
-                writer.write(text.serialize_eval(i, ids))
-        out.add(name, rows=len(test_bpe), split="eval")
-        with open(out.path("newstest2014.de"), "w", encoding="utf-8", newline="\n") as f:
-            f.write("".join(line + "\n" for line in test_ref))
-        out.add("newstest2014.de", rows=len(test_ref), split="reference")
+        write_eval_set(out, encode(test_bpe, index), test_ref)
         out.add(vocab_name, rows=len(vocab), split="vocab")
         out.add(f"bpe.{merges}", split="bpe_codes")
 
