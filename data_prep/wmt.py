@@ -171,12 +171,8 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
     check_corpora_and_shards(corpora, CORPORA, num_shards)
     t0 = time.time()
     with StagedOutput(output_dir, overwrite=overwrite) as out:
-        work = out.path("_work")
-        os.makedirs(work)
-        corpus = read_raw_corpus(raw_dir, work, output_dir, corpora, CORPORA, log)
-        en, de, per_corpus = corpus.en, corpus.de, corpus.per_corpus
-        test_src, test_ref = corpus.test_src, corpus.test_ref
-        test_src_path, test_ref_path = corpus.test_src_path, corpus.test_ref_path
+        corpus = read_raw_corpus(raw_dir, out, output_dir, corpora, CORPORA, log)
+        en, de, test_src, test_ref = corpus.en, corpus.de, corpus.test_src, corpus.test_ref
         raw_pairs = len(en)
         en, de, dropped = clean_pairs(en, de, max_ratio, drop_empty)
         empty_side_pairs = sum(1 for a, b in zip(en, de) if not a or not b)  # kept, as the reference keeps them
@@ -196,13 +192,13 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
         else:
             text_files = []
             for lang, lines in (("en", en), ("de", de)):
-                path = os.path.join(work, f"train.{lang}")
+                path = os.path.join(corpus.work_dir, f"train.{lang}")
                 with open(path, "w", encoding="utf-8", newline="\n") as f:
                     f.write("\n".join(lines) + "\n")
                 text_files.append(path)
             log(f"learning a shared {vocab_kind} vocabulary of {vocab_size:,} entries (sentencepiece, sample "
                 f"{vocab_sample:,} sentences, {threads} threads)")
-            model_path = train_vocabulary(text_files, os.path.join(work, "spm"), vocab_size, vocab_kind,
+            model_path = train_vocabulary(text_files, os.path.join(corpus.work_dir, "spm"), vocab_size, vocab_kind,
                                           vocab_sample, seed, threads, byte_fallback)
             vocab_name = f"vocab.{vocab_kind}.{vocab_size}.model"
             os.replace(model_path, out.path(vocab_name))
@@ -263,7 +259,8 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
                      "vocab_sample": vocab_sample, "byte_fallback": byte_fallback, "tokenizer": tokenizer,
                      "subword_min_count": subword_min_count, "vocab_file": vocab_file, "drop_empty": drop_empty,
                      "pad_id": text.PAD_ID, "eos_id": text.EOS_ID},
-            source={"corpora": per_corpus, "test_source": test_src_path, "test_reference": test_ref_path,
+            source={"corpora": corpus.per_corpus, "test_source": corpus.test_src_path,
+                    "test_reference": corpus.test_ref_path,
                     "test_source_md5": test_md5["en"], "test_reference_md5": test_md5["de"],
                     "test_source_is_the_reference_file": same["en"],
                     "test_reference_is_the_reference_file": same["de"]})

@@ -99,11 +99,15 @@ class RawCorpus:
     test_src_path: str
     test_ref_path: str
     files: dict            # file name ("europarl-v7.de-en.en", ...) -> its path (unpacked or extracted)
+    work_dir: str          # scratch folder inside the staged output (extracted archives; removed with it)
 
 
-def read_raw_corpus(raw_dir: str, work_dir: str, output_dir: str, corpora, known: dict, log) -> RawCorpus:
+def read_raw_corpus(raw_dir: str, out, output_dir: str, corpora, known: dict, log) -> RawCorpus:
     """Locate (unpacked or inside archives, RawFiles) and read the training corpora, named in `known` as name ->
-    (file stem, archive), and newstest2014; one-line errors for missing or misaligned files."""
+    (file stem, archive), and newstest2014; one-line errors for missing or misaligned files. Archives are extracted
+    into the scratch folder _work of the StagedOutput out."""
+    work_dir = out.path("_work")
+    os.makedirs(work_dir)
     raw = RawFiles(raw_dir, work_dir, output_dir)
     wanted = [f"{known[c][0]}.{lang}" for c in corpora for lang in ("en", "de")] + [*TEST_SGM, *TEST_TXT]
     found = raw.locate(wanted)
@@ -120,7 +124,7 @@ def read_raw_corpus(raw_dir: str, work_dir: str, output_dir: str, corpora, known
         en.extend(a)
         de.extend(b)
         log(f"read {c}: {len(a):,} pairs ({raw.describe(f'{stem}.en', found[f'{stem}.en'])})")
-    return RawCorpus(en, de, per_corpus, test_src, test_ref, test_src_path, test_ref_path, found)
+    return RawCorpus(en, de, per_corpus, test_src, test_ref, test_src_path, test_ref_path, found, work_dir)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

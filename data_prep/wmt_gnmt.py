@@ -2,7 +2,7 @@
 WMT16 En-De -> the MLPerf GNMT dataset.
 
 Reads the official WMT16 material from R, archives (.tgz / .tar.gz / .tar) or unpacked, found by file name anywhere
-below R (data_prep.wmt's RawFiles and read_raw_corpus, which wmt_gnmt shares with it):
+below R (data_prep.wmt_common's RawFiles and read_raw_corpus, which data_prep.wmt shares):
     europarl        europarl-v7.de-en.{en,de}          training-parallel-europarl-v7.tgz
     commoncrawl     commoncrawl.de-en.{en,de}          training-parallel-commoncrawl.tgz
     news_commentary news-commentary-v11.de-en.{en,de}  training-parallel-nc-v11.tgz
@@ -171,12 +171,8 @@ def prepare(raw_dir: str, output_dir: str, corpora=tuple(CORPORA), merges: int =
         raise DataError(f"--max_length must leave room for <s>, a token and </s>, got {max_length}")
     t0 = time.time()
     with StagedOutput(output_dir, overwrite=overwrite) as out:
-        work = out.path("_work")
-        os.makedirs(work)
-        corpus = read_raw_corpus(raw_dir, work, output_dir, corpora, CORPORA, log)
-        en, de, per_corpus = corpus.en, corpus.de, corpus.per_corpus
-        test_src, test_ref = corpus.test_src, corpus.test_ref
-        test_src_path, test_ref_path = corpus.test_src_path, corpus.test_ref_path
+        corpus = read_raw_corpus(raw_dir, out, output_dir, corpora, CORPORA, log)
+        en, de, test_src, test_ref = corpus.en, corpus.de, corpus.test_src, corpus.test_ref
         raw_pairs = len(en)
         log(f"Moses tokenisation of {raw_pairs:,} pairs and {len(test_src):,} test sentences ({threads} processes)")
         en, de = moses_tokenize(en, "en", threads), moses_tokenize(de, "de", threads)
@@ -232,7 +228,8 @@ def prepare(raw_dir: str, output_dir: str, corpora=tuple(CORPORA), merges: int =
                      "num_shards": num_shards, "seed": seed, "tokenizer": "moses+subword-nmt",
                      "clean": [CLEAN_MIN, CLEAN_MAX, CLEAN_RATIO, CLEAN_MAX_WORD], "pad_id": PAD_ID, "bos_id": BOS_ID,
                      "eos_id": EOS_ID, "unk_id": UNK_ID},
-            source={"corpora": per_corpus, "test_source": test_src_path, "test_reference": test_ref_path})
+            source={"corpora": corpus.per_corpus, "test_source": corpus.test_src_path,
+                    "test_reference": corpus.test_ref_path})
     log(f"prepared {output_dir} in {time.time() - t0:.0f} s: {counts}")
     return manifest
 
