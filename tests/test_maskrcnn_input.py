@@ -120,7 +120,7 @@ def test_mask_targets_agree_with_the_reference_rasterising_on_the_proposal():
     the proposal and rasterised at 28x28 there): the one documented difference of the mask targets stays small."""
     import keras
 
-    from mlperf_keras.layers import maskrcnn
+    from mlperf_keras.layers import maskrcnn_targets
 
     t = np.linspace(0, 2 * np.pi, 40, endpoint=False)
     polygon = np.stack([60 + 40 * np.cos(t), 50 + 25 * np.sin(t)], 1)              # an ellipse in (20..100, 25..75)
@@ -130,7 +130,7 @@ def test_mask_targets_agree_with_the_reference_rasterising_on_the_proposal():
         x1, y1, x2, y2 = proposal
         p = (polygon - (x1, y1)) * (28 / max(x2 - x1, 1), 28 / max(y2 - y1, 1))
         want = mask_util.decode(mask_util.merge(mask_util.frPyObjects([p.ravel().tolist()], 28, 28)))
-        got = keras.ops.convert_to_numpy(maskrcnn.mask_targets(local[None], box[None, None].astype(np.float32),
+        got = keras.ops.convert_to_numpy(maskrcnn_targets.mask_targets(local[None], box[None, None].astype(np.float32),
                                                                 np.array([[proposal]], np.float32),
                                                                 np.zeros((1, 1), np.int32)))[0, 0]
         iou = np.logical_and(got, want).sum() / np.logical_or(got, want).sum()

@@ -29,7 +29,7 @@ Differences, on purpose:
   dropping objects (COCO's maximum per image was not counted here).
 - Masks travel box-local: each object's polygons are rasterised (pycocotools frPyObjects + merge + decode, as the
   reference's Polygons.convert) at mask_resolution x mask_resolution (64) over its own ground-truth box, and
-  layers.maskrcnn.mask_targets resamples them onto each positive proposal's 28x28 grid (2x2 bilinear samples per
+  layers.maskrcnn_targets.mask_targets resamples them onto each positive proposal's 28x28 grid (2x2 bilinear samples per
   cell, thresholded at 0.5). The reference crops the polygons to the proposal and rasterises them there at 28x28
   (roi_heads/mask_head/loss.py project_masks_on_boxes). Full-image masks would cost 100 x 800 x 1344 bytes (107 MB)
   per image; these cost 100 x 64 x 64 (410 KB). A box-local mask does not depend on the resize, and the flip

@@ -33,8 +33,8 @@ paths below are under maskrcnn_benchmark/):
 
 Differences from the reference, on purpose:
 - Static shapes: images padded to one shape per orientation, ground truth to max_gt objects, proposals to a fixed
-  count, masks box-local at 64x64 (inputs.maskrcnn and layers.maskrcnn say how each one is still the reference's
-  computation, and where the mask targets differ).
+  count, masks box-local at 64x64 (inputs.maskrcnn, layers.maskrcnn and layers.maskrcnn_targets say how each one is
+  still the reference's computation, and where the mask targets differ).
 - A pass over the data (inputs.maskrcnn): each orientation group's last batch is filled with its own images
   again, where the reference's GroupedBatchSampler ends it with a smaller batch.
 - The data: train2017 and val2017 (instances_*2017.json). The reference's config reads the same images from the
@@ -321,9 +321,9 @@ class MaskRCNN(Workload):
                                       lr_multiplier=lambda v: hp["bias_lr_factor"] if is_bias(v) else 1.0)
 
     def loss(self, y_true, y_pred):
-        from mlperf_keras.layers import maskrcnn
+        from mlperf_keras.layers import maskrcnn_targets
 
-        return maskrcnn.total_loss(y_true, y_pred)
+        return maskrcnn_targets.total_loss(y_true, y_pred)
 
     # ---- data ----
 
