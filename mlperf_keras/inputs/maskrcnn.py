@@ -60,22 +60,12 @@ import tensorflow as tf
 from mlperf_keras.inputs import boxes as box_lib
 from mlperf_keras.inputs import image, records
 from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.inputs.maskrcnn_shapes import LANDSCAPE, MAX_SIZE, MIN_SIZE, PORTRAIT, padded_shape
 
-MIN_SIZE, MAX_SIZE = 800, 1333          # INPUT.MIN_SIZE_TRAIN / MAX_SIZE_TRAIN (and _TEST)
-SIZE_DIVISIBILITY = 32                  # DATALOADER.SIZE_DIVISIBILITY
 MASK_RESOLUTION = 64                    # box-local ground-truth masks (see the module docstring)
 PAD_RGB = (123, 116, 103)               # Detectron's PIXEL_MEAN (BGR 102.98, 115.95, 122.77) as RGB uint8
-LANDSCAPE, PORTRAIT = 0, 1              # GroupedBatchSampler's groups: height / width < 1, >= 1
 
 _SEGMENTATION = {"image/object/segmentation": tf.io.VarLenFeature(tf.string)}
-
-
-def padded_shape(group: int, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE) -> tuple[int, int]:
-    """(height, width) every image of an orientation group is padded to: the resized image's bounds rounded up to
-    multiples of 32 (landscape: height <= min_size, width <= max_size)."""
-    short = int(math.ceil(min_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY)
-    long = int(math.ceil(max_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY)
-    return (short, long) if group == LANDSCAPE else (long, short)
 
 
 def orientation(height, width):
@@ -344,7 +334,7 @@ def eval_dataset(paths: list[str], *, batch_size: int, min_size: int = MIN_SIZE,
     return image.with_threads(dataset, threads)
 
 
-__all__ = ["LANDSCAPE", "MASK_RESOLUTION", "MAX_SIZE", "MIN_SIZE", "PAD_RGB", "PORTRAIT", "box_masks",
+__all__ = ["MASK_RESOLUTION", "PAD_RGB", "box_masks",
            "check_epoch_fits", "check_pass_fits", "count_groups", "eval_dataset", "grouped_batches_needed",
-           "orientation", "padded_shape", "parse_instances", "reference_boxes", "resize_like_pil", "resized_size",
+           "orientation", "parse_instances", "reference_boxes", "resize_like_pil", "resized_size",
            "stream_position", "train_dataset", "train_example", "trainable"]

@@ -50,12 +50,12 @@ Differences from the reference, on purpose:
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 import numpy as np
 
 from mlperf_keras.config import ConfigError
+from mlperf_keras.inputs.maskrcnn_shapes import LANDSCAPE, PORTRAIT, padded_shape
 from mlperf_keras.layers import backbone_weights
 from mlperf_keras.workloads.base import (Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData, Workload,
                                          per_worker_eval_batch)
@@ -66,8 +66,6 @@ COCO2017 = {"train_images": 117_266, "val_images": 5_000, "num_classes": 81}
 BASE_LEARNING_RATE = 0.02           # per 16 images (SOLVER.BASE_LR at SOLVER.IMS_PER_BATCH 16)
 REFERENCE_BATCH = 16
 MASK_RESOLUTION = 64                # inputs.maskrcnn.MASK_RESOLUTION (no TensorFlow import here)
-# (min_size, max_size) -> padded (height, width) per orientation: inputs.maskrcnn.padded_shape, without TF.
-SIZE_DIVISIBILITY = 32
 
 
 def iterations_per_epoch(images: int, global_batch: int) -> int:
@@ -86,12 +84,6 @@ def max_epochs(hp: dict, global_batch: int) -> int:
     """Epochs (evaluations) within max_iterations: the reference's data loader stops at MAX_ITER, so a run here never
     evaluates a model the reference could not have reached (at batch 16: 90,000 // 7,330 = 12)."""
     return max(1, max_iterations(hp, global_batch) // iterations_per_epoch(hp["train_images"], global_batch))
-
-
-def padded_shape(landscape: bool, min_size: int, max_size: int) -> tuple[int, int]:
-    short = math.ceil(min_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
-    long = math.ceil(max_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
-    return (short, long) if landscape else (long, short)
 
 
 def base_learning_rate(hp: dict, global_batch: int) -> float:
@@ -250,8 +242,8 @@ class MaskRCNN(Workload):
                 f"maskrcnn_resnet50_fpn counts 44,347,573 at 81 classes) + {frozen_affine} frozen batch-norm "
                 f"affines (buffers in the reference); trainable: {trainable} (the stem and res2 are frozen)",
                 f"proposals per image: {spec.proposals_per_image} (num_image_candidates); images padded to "
-                f"{padded_shape(True, config.hparams['min_size'], config.hparams['max_size'])} landscape, "
-                f"{padded_shape(False, config.hparams['min_size'], config.hparams['max_size'])} portrait"]
+                f"{padded_shape(LANDSCAPE, config.hparams['min_size'], config.hparams['max_size'])} landscape, "
+                f"{padded_shape(PORTRAIT, config.hparams['min_size'], config.hparams['max_size'])} portrait"]
 
     # ---- model, optimizer, loss ----
 
@@ -460,7 +452,7 @@ def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
     """One landscape batch of the real shapes (NumPy only): random pixels, seven objects per image (COCO's mean is
     about 7.3) with random classes, box-local masks of random ellipses."""
     rng = np.random.default_rng(seed)
-    height, width = padded_shape(True, hp["min_size"], hp["max_size"])
+    height, width = padded_shape(LANDSCAPE, hp["min_size"], hp["max_size"])
     g, r = hp["max_gt"], MASK_RESOLUTION
     objects = min(7, g)
     x1 = rng.uniform(0, width * 0.7, (batch, objects))
