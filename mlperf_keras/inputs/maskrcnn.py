@@ -57,8 +57,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from mlperf_keras.inputs import boxes as box_lib
-from mlperf_keras.inputs import image, records
+from mlperf_keras.inputs import coco_records, image, records
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.inputs.maskrcnn_shapes import LANDSCAPE, MAX_SIZE, MIN_SIZE, PORTRAIT, padded_shape
 
@@ -125,7 +124,7 @@ def box_masks(segmentations, boxes, height, width, resolution: int = MASK_RESOLU
 
 def parse_instances(serialized) -> dict:
     """boxes.parse_detection's dict plus "segmentation": the objects' COCO segmentations as JSON strings [n]."""
-    example = box_lib.parse_detection(serialized)
+    example = coco_records.parse_detection(serialized)
     segmentation = records.parse(serialized, _SEGMENTATION)["image/object/segmentation"].values
     with tf.control_dependencies([tf.debugging.assert_equal(tf.size(segmentation), tf.size(example["labels"]),
                                                             message="COCO record: segmentation and class/label "
@@ -226,7 +225,7 @@ def _grouped_batches(dataset, batch_size: int, filled=None):
 
 def count_groups(paths: list[str]) -> tuple[int, int]:
     """(landscape, portrait) trainable images (`trainable`) in `paths`; one read of the files."""
-    features = {k: box_lib.DETECTION_FEATURES[k] for k in ("image/height", "image/width", "image/object/bbox/xmin",
+    features = {k: coco_records.DETECTION_FEATURES[k] for k in ("image/height", "image/width", "image/object/bbox/xmin",
                                                            "image/object/bbox/ymin", "image/object/bbox/xmax",
                                                            "image/object/bbox/ymax")}
 
@@ -317,7 +316,7 @@ def eval_dataset(paths: list[str], *, batch_size: int, min_size: int = MIN_SIZE,
     with repeats of its images under image_id -1."""
     @tf.autograph.experimental.do_not_convert
     def preprocess(serialized):
-        example = box_lib.parse_detection(serialized)
+        example = coco_records.parse_detection(serialized)
         pixels, new_h, new_w = _decode_resized(example, min_size, max_size)
         group = orientation(example["height"], example["width"])
         return {"images": _pad_image(pixels, group, min_size, max_size), "image_sizes": tf.stack([new_h, new_w]),
