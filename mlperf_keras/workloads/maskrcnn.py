@@ -25,10 +25,10 @@ paths below are under maskrcnn_benchmark/):
   the data as IterationBasedBatchSampler serves them (inputs.maskrcnn.stream_position); 1000 proposals per image
   (num_image_candidates), score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size
   and thresholded at 0.5,
-  COCO "bbox" and "segm" AP (metrics.coco.CocoInstanceMetric) of every val image, gathered from every worker and
-  scored once; detections are scaled back to the original image (BoxList.resize) and written as
+  COCO "bbox" and "segm" AP (metrics.coco_instances.CocoInstanceMetric) of every val image, gathered from every
+  worker and scored once; detections are scaled back to the original image (BoxList.resize) and written as
   [x, y, x2 - x + 1, y2 - y + 1] (convert("xywh")), as data/datasets/evaluation/coco/coco_eval.py does; here
-  a pool of processes per worker pastes the masks beside the predictions (metrics.paste_pool);
+  a pool of processes per worker pastes the masks beside the predictions (metrics.coco_instances.PastePool);
 - target: box mAP >= 0.377 AND mask mAP >= 0.339; MLLOG eval_accuracy {"BBOX": .., "SEGM": ..}.
 
 Differences from the reference, on purpose:
@@ -197,8 +197,8 @@ class MaskRCNN(Workload):
             "roi_batch": spec.roi_batch, "max_gt": spec.max_gt, "detections_per_image": spec.detections_per_image,
             "batch_size": REFERENCE_BATCH,      # global, when neither --batch_size nor a preset gives one
             "eval_batch_size": 0,               # per worker; 0: the per-worker training batch
-            # processes per worker that paste and encode the eval masks (metrics.paste_pool); 0: the host's cores
-            # shared among its workers, at most 8; 1: in the worker itself
+            # processes per worker that paste and encode the eval masks (metrics.coco_instances.PastePool); 0: the
+            # host's cores shared among its workers, at most 8; 1: in the worker itself
             "paste_processes": 0,
             "learning_rate": BASE_LEARNING_RATE,   # per 16 images
             "momentum": 0.9,
@@ -401,12 +401,12 @@ def image_detections(outputs: dict, index: int, image_id: int, image_size, heigh
 
 def instance_results(outputs: dict, index: int, image_id: int, image_size, height: int, width: int,
                      label_to_category: np.ndarray) -> tuple[np.ndarray, list]:
-    """image_detections' rows and their K RLE masks pasted at the original image size (metrics.coco
-    .encode_pasted_mask), in this process."""
-    from mlperf_keras.metrics import paste_pool
+    """image_detections' rows and their K RLE masks pasted at the original image size
+    (metrics.coco_instances.encode_pasted_mask), in this process."""
+    from mlperf_keras.metrics import coco_instances
 
     rows, masks, boxes = image_detections(outputs, index, image_id, image_size, height, width, label_to_category)
-    return rows, paste_pool.encode_image_masks(masks, boxes, int(height), int(width))
+    return rows, coco_instances.encode_image_masks(masks, boxes, int(height), int(width))
 
 
 class _CocoTrainData(TrainData):
@@ -473,7 +473,7 @@ def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
 
 class _CocoEvaluator(Evaluator):
     """COCO box and mask mAP over every val image: each worker predicts its shards, the detections and masks are
-    gathered and scored once (metrics.coco.CocoInstanceMetric)."""
+    gathered and scored once (metrics.coco_instances.CocoInstanceMetric)."""
 
     def __init__(self, config, dist, paths, annotation_file, categories, total, batch):
         from mlperf_keras.metrics import coco
@@ -486,12 +486,13 @@ class _CocoEvaluator(Evaluator):
 
     def evaluate(self, predict):
         from mlperf_keras.inputs import maskrcnn, records
-        from mlperf_keras.metrics import coco, paste_pool
+        from mlperf_keras.metrics import coco_instances
 
         hp = self.config.hparams
         if self.metric is None:  # the chief loads the annotations once, at the first evaluation
-            self.metric = coco.CocoInstanceMetric(self.annotation_file, self.dist, expected_images=self.num_samples)
-            self.paste = paste_pool.PastePool(hp["paste_processes"])
+            self.metric = coco_instances.CocoInstanceMetric(self.annotation_file, self.dist,
+                                                            expected_images=self.num_samples)
+            self.paste = coco_instances.PastePool(hp["paste_processes"])
         self.metric.reset()
         pending = []  # (image id, rows, future RLEs): the masks are pasted while the next batches are predicted
         dataset = maskrcnn.eval_dataset(self.paths, batch_size=self.batch, min_size=hp["min_size"],
