@@ -38,11 +38,11 @@ def np_nms(boxes, threshold):
     return keep
 
 
-def test_pairwise_iou_and_nms_match_numpy():
+def test_inclusive_iou_and_nms_match_numpy():
     rng = np.random.default_rng(0)
     xy = rng.uniform(0, 60, (2, 80, 2))
     boxes = np.concatenate([xy, xy + rng.uniform(2, 30, (2, 80, 2))], -1).astype(np.float32)
-    np.testing.assert_allclose(np_(box_ops.pairwise_iou(boxes, boxes))[1], np_iou(boxes[1], boxes[1]), rtol=1e-5)
+    np.testing.assert_allclose(np_(box_ops.inclusive_iou(boxes, boxes))[1], np_iou(boxes[1], boxes[1]), rtol=1e-5)
     keep = np_(box_ops.nms_keep(keras.ops.convert_to_tensor(boxes), 0.5))
     for b in range(2):
         want = np_nms(boxes[b].astype(np.float64), 0.5)

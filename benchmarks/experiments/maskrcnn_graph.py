@@ -262,7 +262,7 @@ def main(argv=None):
 
     def nms_rounds(boxes, threshold):  # nms_keep's loop, counting its rounds
         n_ = boxes.shape[-2]
-        overlap = box_ops.pairwise_iou(boxes, boxes) > threshold
+        overlap = box_ops.inclusive_iou(boxes, boxes) > threshold
         earlier = jnp.arange(n_)[:, None] < jnp.arange(n_)[None, :]
         suppresses = jnp.logical_and(overlap, earlier[None]).astype("float32")
 

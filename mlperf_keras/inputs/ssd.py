@@ -72,8 +72,9 @@ COLOR_JITTER = dict(brightness=0.125, contrast=0.5, saturation=0.5, hue=0.05)
 
 # ---- box geometry ----
 
-def iou(a_ltrb, b_ltrb):
-    """[len(a), len(b)] IoU, the same arithmetic as default_boxes.iou_matrix (0 where the union is empty)."""
+def iou_matrix(a_ltrb, b_ltrb):
+    """default_boxes.iou_matrix in TensorFlow (for the tf.data graph): [len(a), len(b)] IoU of ltrb boxes with
+    continuous corners, the same arithmetic (0 where the union is empty)."""
     a, b = a_ltrb[:, None, :], b_ltrb[None, :, :]
     wh = tf.maximum(tf.minimum(a[..., 2:], b[..., 2:]) - tf.maximum(a[..., :2], b[..., :2]), 0.0)
     inter = wh[..., 0] * wh[..., 1]
@@ -116,7 +117,7 @@ def encode_targets(gt_ltrb, gt_labels, spec: default_boxes.DefaultBoxSpec = defa
     n = tf.shape(gt)[0]
 
     def matched():
-        ious = iou(gt, d_ltrb)                                     # [n, D]
+        ious = iou_matrix(gt, d_ltrb)                              # [n, D]
         best_iou = tf.reduce_max(ious, axis=0)
         best_gt = _first_argmax(ious, axis=0)
         best_dbox = _first_argmax(ious, axis=1)                    # [n]
@@ -160,7 +161,7 @@ def ssd_crop(boxes, seed, max_samples: int = 1, max_rounds: int = 50):
     right, bottom = left + w, top + h
     candidates = tf.stack([left, top, right, bottom], axis=-1)                       # [R, S, 4]
     aspect_ok = tf.logical_and(w / h >= 0.5, w / h <= 2.0)                           # [R, S]
-    ious = tf.reshape(iou(tf.reshape(candidates, [-1, 4]), boxes), [rounds, samples, n])
+    ious = tf.reshape(iou_matrix(tf.reshape(candidates, [-1, 4]), boxes), [rounds, samples, n])
     low = tf.gather(tf.constant(CROP_MIN_IOU, tf.float32), modes)[:, None, None]
     high = tf.gather(tf.constant(CROP_MAX_IOU, tf.float32), modes)[:, None, None]
     iou_ok = tf.reduce_all(tf.logical_and(ious > low, ious < high), axis=2)          # [R, S]
@@ -369,5 +370,5 @@ def ssd_eval_dataset(paths: list[str], *, batch_size: int, skip_empty: bool = Tr
 
 __all__ = ["COLOR_JITTER", "CROP_MAX_IOU", "CROP_MIN_IOU", "MAX_SAMPLES_ALLOWED",
            "check_epoch_fits", "check_max_samples", "color_jitter", "crop_boxes", "decode_window",
-           "encode_targets", "flip_boxes", "iou", "ssd_crop",
+           "encode_targets", "flip_boxes", "iou_matrix", "ssd_crop",
            "ssd_eval_dataset", "ssd_train_dataset", "ssd_train_examples", "ssd_train_preprocess"]

@@ -1,4 +1,5 @@
-"""Box operations of the Mask R-CNN graph in keras.ops (static shapes): pairwise IoU, greedy NMS, clipping.
+"""Box operations of the Mask R-CNN graph in keras.ops (static shapes): IoU with inclusive corners, greedy NMS,
+clipping.
 
 As the reference (mlcommons/training 0badcd1786fcb007725ed05f1c44e9d80bbeac52, object_detection/pytorch/
 maskrcnn_benchmark/: structures/boxlist_ops.py boxlist_iou, csrc/cuda/nms.cu, structures/bounding_box.py
@@ -11,7 +12,7 @@ from __future__ import annotations
 from keras import ops
 
 
-def pairwise_iou(a, b):
+def inclusive_iou(a, b):
     """IoU of boxes a (..., N, 4) and b (..., M, 4) with inclusive corners -> (..., N, M)."""
     lt = ops.maximum(a[..., :, None, :2], b[..., None, :, :2])
     rb = ops.minimum(a[..., :, None, 2:], b[..., None, :, 2:])
@@ -26,7 +27,7 @@ def nms_keep(boxes, threshold: float, valid=None):
     "kept unless an earlier kept box overlaps it by IoU > threshold", reached in at most N rounds (round k settles
     box k), usually a handful."""
     n = boxes.shape[-2]
-    overlap = pairwise_iou(boxes, boxes) > threshold
+    overlap = inclusive_iou(boxes, boxes) > threshold
     earlier = ops.arange(n)[:, None] < ops.arange(n)[None, :]
     suppresses = ops.cast(ops.logical_and(overlap, earlier[None]), "float32")    # [j, i]: j can suppress i
     keep = ops.ones(ops.shape(boxes)[:-1], "bool") if valid is None else valid

@@ -32,7 +32,7 @@ import numpy as np
 from keras import ops
 
 from mlperf_keras.inputs import anchors as anchor_lib
-from mlperf_keras.layers.box_ops import pairwise_iou
+from mlperf_keras.layers.box_ops import inclusive_iou
 
 if TYPE_CHECKING:
     from mlperf_keras.layers.maskrcnn import Spec
@@ -83,7 +83,7 @@ def rpn_targets(level_anchors, gt_boxes, gt_valid, image_sizes, spec: Spec, seed
     """Sampled anchors per image: index (B, S), labels (B, S) in {0, 1}, valid (B, S) and regression targets
     (B, S, 4) for the RPN loss (S = spec.rpn_batch)."""
     anchors = ops.convert_to_tensor(np.concatenate(level_anchors, axis=0))
-    iou = pairwise_iou(gt_boxes, anchors[None])                               # (B, G, A)
+    iou = inclusive_iou(gt_boxes, anchors[None])                              # (B, G, A)
     matches = match(iou, gt_valid, spec.rpn_high, spec.rpn_low, allow_low_quality=True)
     h = ops.cast(image_sizes[:, 0], "float32")[:, None]
     w = ops.cast(image_sizes[:, 1], "float32")[:, None]
@@ -119,7 +119,7 @@ def roi_targets(proposals, proposal_valid, gt_boxes, gt_classes, gt_valid, spec:
     index (B, S); positives occupy the first slots."""
     candidates = ops.concatenate([proposals, gt_boxes], axis=1)
     candidate_valid = ops.concatenate([proposal_valid, gt_valid], axis=1)
-    matches = match(pairwise_iou(gt_boxes, candidates), gt_valid, spec.roi_iou, spec.roi_iou, False)
+    matches = match(inclusive_iou(gt_boxes, candidates), gt_valid, spec.roi_iou, spec.roi_iou, False)
     positive = ops.logical_and(matches >= 0, candidate_valid)
     negative = ops.logical_and(matches == BELOW_LOW, candidate_valid)
     index, is_positive, valid = sample(positive, negative, spec.roi_batch, spec.roi_positives, seed)

@@ -40,17 +40,6 @@ def _softmax_rows(logits: np.ndarray) -> np.ndarray:
     return e
 
 
-def _self_iou(boxes_ltrb: np.ndarray) -> np.ndarray:
-    """default_boxes.iou_matrix(b, b) with fewer temporaries: NMS calls it for every class of every image."""
-    left, top, right, bottom = np.asarray(boxes_ltrb, np.float64).T
-    area = (right - left) * (bottom - top)
-    width = np.minimum(right[:, None], right) - np.maximum(left[:, None], left)
-    height = np.minimum(bottom[:, None], bottom) - np.maximum(top[:, None], top)
-    inter = np.maximum(width, 0.0) * np.maximum(height, 0.0)
-    union = area[:, None] + area - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-
-
 def nms(boxes_ltrb: np.ndarray, iou_threshold: float) -> np.ndarray:
     """Greedy NMS of boxes already sorted by descending score -> indices kept, in that order.
 
@@ -60,7 +49,7 @@ def nms(boxes_ltrb: np.ndarray, iou_threshold: float) -> np.ndarray:
     count = len(boxes_ltrb)
     if count <= 1:
         return np.arange(count)
-    suppresses = _self_iou(boxes_ltrb) >= iou_threshold
+    suppresses = default_boxes.iou_matrix(boxes_ltrb, boxes_ltrb) >= iou_threshold
     alive = np.ones(count, bool)
     keep = []
     i = 0
