@@ -11,8 +11,8 @@ low-scored clutter, float32 scores with some ties). As in the MLPerf SSD evaluat
 detections (the SSD pipeline drops them: 4,952 images evaluated) but stay in the annotation file, so COCOeval's image
 list has all of them.
 
---masks (Mask R-CNN): box AND mask evaluation, as metrics.coco.evaluate_instances scores a Mask R-CNN run. The same
-data with at most 100 detections per image (the reference's DETECTIONS_PER_IMG) and one mask per detection: the
+--masks (Mask R-CNN): box AND mask evaluation, as metrics.coco_instances.evaluate_instances scores a Mask R-CNN run.
+The same data with at most 100 detections per image (the reference's DETECTIONS_PER_IMG) and one mask per detection: the
 ellipse inscribed in its box as a 24-gon, rasterised at image resolution and RLE-encoded by pycocotools (what
 encode_mask hands the evaluator); ground-truth masks are the annotations' polygons (their boxes). Then also timed:
 loadRes, evaluate, accumulate and summarize of the "segm" evaluation, and the whole evaluate_instances; and, on a
@@ -121,7 +121,7 @@ def child(backend: str, annotations: str, rows_file: str, masks_file: str | None
     """One backend in this process: time each stage; -> {"backend", "seconds": {stage: [wall, cpu]}, "stats"}."""
     import numpy as np
 
-    from mlperf_keras.metrics import coco
+    from mlperf_keras.metrics import coco, coco_instances
 
     rows = np.load(rows_file)
     if backend == "faster_coco_eval":
@@ -164,7 +164,7 @@ def child(backend: str, annotations: str, rows_file: str, masks_file: str | None
                for r, seg in zip(rows, segmentations)]
     evaluation = stages(results, "segm", "segm_")
     with timed("evaluate_instances"):  # the metric's path: box and mask evaluation of the same detections
-        both = coco.evaluate_instances(gt, rows, segmentations)
+        both = coco_instances.evaluate_instances(gt, rows, segmentations)
     if not (np.array_equal(both["bbox"], stats) and np.array_equal(both["segm"], np.asarray(evaluation.stats))):
         raise AssertionError(f"{backend}: evaluate_instances gave {both}, the stages {stats}, {evaluation.stats}")
     result["segm_stats"] = both["segm"].tolist()
@@ -176,7 +176,7 @@ def paste_seconds(rows_file: str, annotations: str, sample: int = 2000, seed: in
     for the sample and extrapolated to every row (the work a Mask R-CNN evaluation does before the evaluator)."""
     import numpy as np
 
-    from mlperf_keras.metrics import coco
+    from mlperf_keras.metrics import coco_instances
 
     rows = np.load(rows_file)
     with open(annotations) as f:
@@ -188,7 +188,7 @@ def paste_seconds(rows_file: str, annotations: str, sample: int = 2000, seed: in
     for row, mask in zip(rows[pick], probabilities):
         height, width = sizes[int(row[0])]
         box = (row[1], row[2], row[1] + row[3], row[2] + row[4])
-        coco.encode_mask(coco.paste_mask(mask, box, height, width))
+        coco_instances.encode_mask(coco_instances.paste_mask(mask, box, height, width))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {"paste_encode_sample": len(pick), "paste_encode_seconds": [wall, cpu],
             "paste_encode_seconds_all_rows": [wall * len(rows) / len(pick), cpu * len(rows) / len(pick)],

@@ -1,4 +1,4 @@
-"""Benchmark: the SSD training input pipeline (inputs/boxes.py) alone on the CPU, images/s and images/s per core.
+"""Benchmark: the SSD training input pipeline (inputs/ssd.py) alone on the CPU, images/s and images/s per core.
 
     python benchmarks/coco_pipeline.py [--data_dir=PREPARED] [--work_dir=/tmp/coco_pipeline_bench] [--images=400]
                                        [--cores=1,2] [--max_samples=1,50] [--decode=fused,full] [--batch=32]
@@ -50,17 +50,18 @@ def child(args):
 
     tf.config.threading.set_inter_op_parallelism_threads(args.cores)
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    from mlperf_keras.inputs import boxes, records
+    from mlperf_keras.inputs import records
+    from mlperf_keras.inputs import ssd as ssd_pipeline
     from mlperf_keras.inputs.manifest import read_manifest
 
     manifest = read_manifest(args.data_dir, "ssd")
     if args.eval:
         paths = records.worker_files(args.data_dir, manifest, "validation", 0, 1)
-        dataset = boxes.ssd_eval_dataset(paths, batch_size=args.batch, threads=args.cores).repeat()
+        dataset = ssd_pipeline.ssd_eval_dataset(paths, batch_size=args.batch, threads=args.cores).repeat()
         dataset = dataset.take(args.batches + args.warmup).map(lambda x, *_: x)
     else:
         paths = records.worker_files(args.data_dir, manifest, "train", 0, 1)
-        dataset = boxes.ssd_train_dataset(paths, seed=1, epoch=0, rank=0, batch_size=args.batch,
+        dataset = ssd_pipeline.ssd_train_dataset(paths, seed=1, epoch=0, rank=0, batch_size=args.batch,
                                           num_batches=args.batches + args.warmup, max_samples=args.max_samples,
                                           shuffle_buffer=1000, threads=args.cores, fused_crop=args.decode == "fused")
         dataset = dataset.map(lambda x, y: x)

@@ -5,11 +5,12 @@
 
 Every detection's 28 x 28 mask of probabilities is pasted at its image's resolution, thresholded at 0.5 and
 RLE-encoded. Timed:
-- reference: metrics.coco.paste_mask into a full image, then pycocotools' encode of that image (the reference's
-  Masker + mask_util.encode), on a sample of detections, extrapolated to all;
-- box-local: metrics.coco.encode_pasted_mask (the same RLE, read off the box alone), every detection, in one process;
-- pool: metrics.paste_pool.PastePool(N), every detection, one task per image as the evaluator submits them (the pool
-  started and warmed before the clock starts: a run starts it once).
+- reference: metrics.coco_instances.paste_mask into a full image, then pycocotools' encode of that image (the
+  reference's Masker + mask_util.encode), on a sample of detections, extrapolated to all;
+- box-local: metrics.coco_instances.encode_pasted_mask (the same RLE, read off the box alone), every detection, in
+  one process;
+- pool: metrics.coco_instances.PastePool(N), every detection, one task per image as the evaluator submits them (the
+  pool started and warmed before the clock starts: a run starts it once).
 
 Data (NumPy, seed 0): COCO val's shape, 5,000 images of 640 x 480, 480 x 640 or 640 x 427, 63 detections each (the
 313,969 of 5,000 images that benchmarks/coco_eval.py --masks evaluates), box sides log-uniform in [8, 400) pixels
@@ -53,7 +54,7 @@ def main(argv=None):
     parser.add_argument("--reference_sample", type=int, default=2000, help="detections for the full-image way")
     parser.add_argument("--out", default="", help="append one JSON line to this file")
     args = parser.parse_args(argv)
-    from mlperf_keras.metrics import coco, paste_pool
+    from mlperf_keras.metrics import coco_instances
 
     data = synthetic_detections(args.images, args.detections)
     total = args.images * args.detections
@@ -69,13 +70,13 @@ def main(argv=None):
 
     sample = [(h, w, m, b) for h, w, masks, boxes in data for m, b in zip(masks, boxes)][:args.reference_sample]
     start = time.perf_counter()
-    reference = [coco.encode_mask(coco.paste_mask(m, b, h, w)) for h, w, m, b in sample]
+    reference = [coco_instances.encode_mask(coco_instances.paste_mask(m, b, h, w)) for h, w, m, b in sample]
     report("reference (full-image paste + encode)", time.perf_counter() - start, len(sample))
-    local = [coco.encode_pasted_mask(m, b, h, w) for h, w, m, b in sample]
+    local = [coco_instances.encode_pasted_mask(m, b, h, w) for h, w, m, b in sample]
     if local != reference:
         raise SystemExit("encode_pasted_mask differs from encode_mask(paste_mask(...))")
     for processes in (int(p) for p in args.processes.split(",")):
-        pool = paste_pool.PastePool(processes)
+        pool = coco_instances.PastePool(processes)
         try:
             if processes > 1:  # start the workers (a run does this once, at its first evaluation)
                 for future in [pool.submit(*data[0][2:], *data[0][:2]) for _ in range(processes)]:

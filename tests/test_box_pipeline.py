@@ -1,4 +1,5 @@
-"""The SSD box pipeline (inputs/boxes.py): parsing, SSD crop, flip, target encoding, train and eval datasets.
+"""The SSD box pipeline (inputs/ssd.py) and the COCO records it reads (inputs/coco_records.py): parsing, SSD crop,
+flip, target encoding, train and eval datasets.
 
 The records are written here in the COCO record format (records.example), with JPEGs whose objects are solid
 coloured rectangles, so where the boxes say an object is can be checked against the pixels.
@@ -13,7 +14,8 @@ import tensorflow as tf
 from PIL import Image
 
 from mlperf_keras.config import ConfigError
-from mlperf_keras.inputs import boxes, default_boxes, records
+from mlperf_keras.inputs import coco_records, default_boxes, records
+from mlperf_keras.inputs import ssd as pipeline
 from mlperf_keras.inputs.manifest import DataError
 
 GREY, RED, BLUE, GREEN = (128, 128, 128), (255, 0, 0), (0, 0, 255), (0, 200, 0)
@@ -81,7 +83,7 @@ def assert_encoder_matches_numpy(gt, labels):
     with np.errstate(divide="ignore"):   # a zero-size box has log(0) = -inf offsets in both
         matched, want_labels = default_boxes.match(gt, labels, dboxes)
         want = default_boxes.encode(matched, dboxes)
-    offsets, got_labels = boxes.encode_targets(tf.constant(gt, tf.float32), tf.constant(labels, tf.int32))
+    offsets, got_labels = pipeline.encode_targets(tf.constant(gt, tf.float32), tf.constant(labels, tf.int32))
     assert offsets.shape == (8732, 4) and offsets.dtype == tf.float32 and got_labels.dtype == tf.int32
     np.testing.assert_array_equal(got_labels.numpy(), want_labels)
     np.testing.assert_allclose(offsets.numpy(), want, rtol=1e-5, atol=1e-5)
@@ -104,7 +106,7 @@ def test_tf_encoder_matches_numpy_on_ties_zero_boxes_and_no_boxes():
     zero = np.array([[0.0, 0.0, 0.0, 0.0], [0.2, 0.2, 0.6, 0.7]], np.float32)
     assert_encoder_matches_numpy(zero, np.array([4, 5]))
     # No objects: everything background, offsets of the default boxes against themselves (zero up to rounding).
-    offsets, labels = boxes.encode_targets(tf.zeros([0, 4]), tf.zeros([0], tf.int32))
+    offsets, labels = pipeline.encode_targets(tf.zeros([0, 4]), tf.zeros([0], tf.int32))
     assert not labels.numpy().any() and np.abs(offsets.numpy()).max() < 1e-5
 
 
@@ -112,24 +114,24 @@ def test_tf_encoder_matches_numpy_on_ties_zero_boxes_and_no_boxes():
 
 def test_parse_detection_reads_the_record_format():
     serialized = record(42, TWO_OBJECTS, labels=[17, 80], crowd=[0, 1])
-    ex = boxes.parse_detection(tf.constant(serialized))
+    ex = coco_records.parse_detection(tf.constant(serialized))
     assert ex["image_id"].numpy() == 42 and ex["height"].numpy() == HEIGHT and ex["width"].numpy() == WIDTH
     np.testing.assert_allclose(ex["boxes"].numpy(), [[40 / 320, 48 / 240, 136 / 320, 176 / 240],
                                                      [200 / 320, 64 / 240, 296 / 320, 144 / 240]], rtol=1e-6)
     assert ex["boxes"].dtype == tf.float32 and ex["labels"].dtype == tf.int32
     assert ex["labels"].numpy().tolist() == [17, 80] and ex["is_crowd"].numpy().tolist() == [False, True]
     assert tf.io.decode_jpeg(ex["jpeg"]).shape == (HEIGHT, WIDTH, 3)
-    dropped = boxes.drop_crowd(ex)
+    dropped = coco_records.drop_crowd(ex)
     assert dropped["labels"].numpy().tolist() == [17] and dropped["boxes"].shape == (1, 4)
-    empty = boxes.parse_detection(tf.constant(record(7, [])))
-    assert empty["boxes"].shape == (0, 4) and not boxes.has_objects(empty)
+    empty = coco_records.parse_detection(tf.constant(record(7, [])))
+    assert empty["boxes"].shape == (0, 4) and not coco_records.has_objects(empty)
 
 
 def test_parse_detection_rejects_inconsistent_object_lists():
     ex = tf.train.Example.FromString(record(1, TWO_OBJECTS))
     del ex.features.feature["image/object/bbox/ymax"].float_list.value[-1]
     with pytest.raises(tf.errors.InvalidArgumentError, match="bbox/ymax and class/label differ in length"):
-        boxes.parse_detection(tf.constant(ex.SerializeToString()))
+        coco_records.parse_detection(tf.constant(ex.SerializeToString()))
 
 
 # ---- SSD crop ----
@@ -138,7 +140,7 @@ def test_crop_respects_the_iou_mode_and_keeps_box_centres():
     # Every box must pass the IoU bound (the reference's .all()), so the boxes are large enough for IoU 0.3 modes.
     gt = np.array([[0.1, 0.15, 0.6, 0.7], [0.45, 0.3, 0.9, 0.85]], np.float32)
     centres = (gt[:, :2] + gt[:, 2:]) / 2
-    crop = tf.function(lambda i: boxes.ssd_crop(tf.constant(gt), tf.stack([tf.constant(9, tf.int64), i]),
+    crop = tf.function(lambda i: pipeline.ssd_crop(tf.constant(gt), tf.stack([tf.constant(9, tf.int64), i]),
                                                 max_samples=50))
     modes = []
     for i in range(300):
@@ -150,7 +152,7 @@ def test_crop_respects_the_iou_mode_and_keeps_box_centres():
         w, h = window[2] - window[0], window[3] - window[1]
         assert 0.3 <= w <= 1.0 and 0.3 <= h <= 1.0 and 0.5 <= w / h <= 2.0 and window.min() >= 0 and window.max() <= 1
         ious = default_boxes.iou_matrix(window[None], gt)[0]
-        assert (ious > boxes.CROP_MIN_IOU[mode] - 1e-6).all(), (mode, ious)
+        assert (ious > pipeline.CROP_MIN_IOU[mode] - 1e-6).all(), (mode, ious)
         inside = ((centres > window[:2]) & (centres < window[2:])).all(axis=1)
         assert keep.any() and np.array_equal(keep, inside)
     counts = np.bincount(modes, minlength=7)
@@ -159,7 +161,7 @@ def test_crop_respects_the_iou_mode_and_keeps_box_centres():
 
 
 def test_crop_without_objects_or_rounds_keeps_the_whole_image():
-    crop = tf.function(lambda gt, i, rounds: boxes.ssd_crop(gt, tf.stack([tf.constant(2, tf.int64), i]),
+    crop = tf.function(lambda gt, i, rounds: pipeline.ssd_crop(gt, tf.stack([tf.constant(2, tf.int64), i]),
                                                              max_samples=50 if rounds > 1 else 1, max_rounds=rounds))
     for i in range(20):
         window, keep, mode = crop(tf.zeros([0, 4]), tf.constant(i, tf.int64), 50)
@@ -173,23 +175,23 @@ def test_crop_without_objects_or_rounds_keeps_the_whole_image():
 
 def test_crop_boxes_clips_and_renormalises_and_flip_mirrors():
     gt = tf.constant([[0.1, 0.1, 0.5, 0.5], [0.6, 0.6, 0.7, 0.9]])
-    out, labels = boxes.crop_boxes(gt, tf.constant([1, 2]), tf.constant([0.2, 0.0, 0.8, 0.8]),
+    out, labels = pipeline.crop_boxes(gt, tf.constant([1, 2]), tf.constant([0.2, 0.0, 0.8, 0.8]),
                                    tf.constant([True, False]))
     np.testing.assert_allclose(out.numpy(), [[0.0, 0.125, 0.5, 0.625]], atol=1e-6)
     assert labels.numpy().tolist() == [1]
-    np.testing.assert_allclose(boxes.flip_boxes(gt).numpy(), [[0.5, 0.1, 0.9, 0.5], [0.3, 0.6, 0.4, 0.9]], atol=1e-6)
+    np.testing.assert_allclose(pipeline.flip_boxes(gt).numpy(), [[0.5, 0.1, 0.9, 0.5], [0.3, 0.6, 0.4, 0.9]], atol=1e-6)
 
 
 def test_fused_and_unfused_window_decoding_agree():
     jpeg = tf.constant(jpeg_of(TWO_OBJECTS))
     for window in ([0, 0, 1, 1], [0.13, 0.27, 0.71, 0.94], [0.5, 0.0, 1.0, 0.33]):
         window = tf.constant(window, tf.float32)
-        fused, plain = boxes.decode_window(jpeg, window, True), boxes.decode_window(jpeg, window, False)
+        fused, plain = pipeline.decode_window(jpeg, window, True), pipeline.decode_window(jpeg, window, False)
         assert fused.shape == plain.shape
         assert np.abs(fused.numpy().astype(int) - plain.numpy()).max() <= 2   # same pixels up to IDCT rounding
     left, top, right, bottom = 0.13, 0.27, 0.71, 0.94
     assert fused.shape[:2] == (int(0.33 * HEIGHT) - 0, int(1.0 * WIDTH) - int(0.5 * WIDTH))
-    assert boxes.decode_window(jpeg, tf.constant([left, top, right, bottom]), True).shape[:2] == (
+    assert pipeline.decode_window(jpeg, tf.constant([left, top, right, bottom]), True).shape[:2] == (
         int(bottom * HEIGHT) - int(top * HEIGHT), int(right * WIDTH) - int(left * WIDTH))
 
 
@@ -199,16 +201,16 @@ def test_color_jitter_follows_torchvision_factors():
     flat = tf.fill([8, 8, 3], 100.0)
     seeds = [tf.constant([1, i], tf.int64) for i in range(30)]
     # Brightness alone scales by a factor in [0.875, 1.125]; contrast, saturation and hue leave a flat grey alone.
-    values = [boxes.color_jitter(flat, s, 0.125, 0, 0, 0).numpy() for s in seeds]
+    values = [pipeline.color_jitter(flat, s, 0.125, 0, 0, 0).numpy() for s in seeds]
     assert all(np.ptp(v) == 0 and 87.5 <= v[0, 0, 0] <= 112.5 for v in values)
     assert len({float(v[0, 0, 0]) for v in values}) > 20
     for s in seeds[:5]:
-        np.testing.assert_allclose(boxes.color_jitter(flat, s, 0, 0.5, 0.5, 0.05).numpy(), 100.0, atol=1e-3)
+        np.testing.assert_allclose(pipeline.color_jitter(flat, s, 0, 0.5, 0.5, 0.05).numpy(), 100.0, atol=1e-3)
     # Contrast blends with the rounded mean grey; saturation with each pixel's grey: a colour image changes.
     pixels = tf.constant(np.random.default_rng(0).uniform(0, 255, (8, 8, 3)), tf.float32)
-    out = boxes.color_jitter(pixels, seeds[0]).numpy()
+    out = pipeline.color_jitter(pixels, seeds[0]).numpy()
     assert out.min() >= 0 and out.max() <= 255 and np.abs(out - pixels.numpy()).max() > 1
-    np.testing.assert_allclose(boxes.color_jitter(pixels, seeds[0], 0, 0, 0, 0).numpy(), pixels.numpy(), atol=1e-3)
+    np.testing.assert_allclose(pipeline.color_jitter(pixels, seeds[0], 0, 0, 0, 0).numpy(), pixels.numpy(), atol=1e-3)
 
 
 # ---- training dataset ----
@@ -227,7 +229,7 @@ def colour_box(image, rgb, threshold=25):
 
 
 def test_train_boxes_decode_back_to_where_the_colours_are(two_object_files):
-    dataset = boxes.ssd_train_dataset(two_object_files, seed=3, epoch=0, rank=0, batch_size=8, num_batches=6,
+    dataset = pipeline.ssd_train_dataset(two_object_files, seed=3, epoch=0, rank=0, batch_size=8, num_batches=6,
                                       max_samples=50, shuffle_buffer=8)
     dboxes = default_boxes.default_boxes()
     checked, orientations = 0, []
@@ -256,7 +258,7 @@ def test_train_boxes_decode_back_to_where_the_colours_are(two_object_files):
 def batches_of(files, **overrides):
     args = dict(seed=1, epoch=0, rank=0, batch_size=4, num_batches=5, max_samples=1, shuffle_buffer=8)
     args.update(overrides)
-    return [(x.numpy(), o.numpy(), y.numpy()) for x, (o, y) in boxes.ssd_train_dataset(files, **args)]
+    return [(x.numpy(), o.numpy(), y.numpy()) for x, (o, y) in pipeline.ssd_train_dataset(files, **args)]
 
 
 def same(a, b):
@@ -289,11 +291,11 @@ def test_train_drops_images_without_objects_and_optionally_crowd_ones(tmp_path):
 
     assert colours() == {"red", "blue"}                   # the reference keeps crowd objects
     assert colours(skip_crowd=True) == {"red"}
-    assert boxes.count_images([path]) == 2 and boxes.count_images([path], skip_crowd=True) == 1
-    assert boxes.count_images([path], skip_empty=False) == 4
+    assert coco_records.count_images([path]) == 2 and coco_records.count_images([path], skip_crowd=True) == 1
+    assert coco_records.count_images([path], skip_empty=False) == 4
     nothing = write(tmp_path / "empty.tfrecord", [record(5, [])])   # files without any object: an error, not a hang
     with pytest.raises(DataError, match="no image with an object"):
-        batches_of([nothing], num_batches=1, num_images=boxes.count_images([nothing]))
+        batches_of([nothing], num_batches=1, num_images=coco_records.count_images([nothing]))
     assert batches_of([nothing], num_batches=1) == []               # unchecked: an empty stream, never a hang
 
 
@@ -316,11 +318,11 @@ def epoch_ids(files, *, world, rank, global_batch, epoch=0, shuffle_buffer=4):
     """The image ids one worker's epoch serves: its files as records.worker_files splits them (every world-th from
     rank), ceil(images / global batch) steps of global_batch / world images, as workloads.ssd sizes the epoch."""
     paths = files[rank::world]
-    total = sum(boxes.count_images(files[r::world]) for r in range(world))
+    total = sum(coco_records.count_images(files[r::world]) for r in range(world))
     steps = -(-total // global_batch)
     per_worker = global_batch // world
-    boxes.check_epoch_fits(boxes.count_images(paths), per_worker, steps, paths)
-    stream = boxes.ssd_train_examples(paths, seed=5, epoch=epoch, num_samples=steps * per_worker,
+    pipeline.check_epoch_fits(coco_records.count_images(paths), per_worker, steps, paths)
+    stream = pipeline.ssd_train_examples(paths, seed=5, epoch=epoch, num_samples=steps * per_worker,
                                       shuffle_buffer=shuffle_buffer)
     return [int(ex["image_id"]) for ex in stream]
 
@@ -349,14 +351,14 @@ def test_an_unbalanced_worker_share_fails_instead_of_dropping_images(numbered_fi
     files, _ = numbered_files
     # A worker holding 30 images (files 0-3) in an epoch of 1 step x 16: 14 would be left out, so it refuses.
     with pytest.raises(DataError, match="more than its 1 x 16 samples per epoch"):
-        boxes.check_epoch_fits(boxes.count_images(files[:4]), 16, 1, files[:4])
+        pipeline.check_epoch_fits(coco_records.count_images(files[:4]), 16, 1, files[:4])
     with pytest.raises(DataError, match="30 trainable images, more than its 1 x 16"):
         batches_of(files[:4], batch_size=16, num_batches=1, num_images=30)
 
 
 def test_max_samples_must_be_an_mlperf_value(two_object_files):
     with pytest.raises(ConfigError, match="max_samples=7"):
-        boxes.ssd_train_dataset(two_object_files, seed=1, epoch=0, rank=0, batch_size=2, num_batches=1,
+        pipeline.ssd_train_dataset(two_object_files, seed=1, epoch=0, rank=0, batch_size=2, num_batches=1,
                                 max_samples=7, shuffle_buffer=2)
 
 
@@ -366,7 +368,7 @@ def test_eval_keeps_annotated_images_in_order_and_pads_the_last_batch(tmp_path):
     files = [write(tmp_path / "val-0.tfrecord", [record(11, TWO_OBJECTS), record(12, []),
                                                   record(13, [(0, 0, 160, 240, RED)], crowd=[1])]),
              write(tmp_path / "val-1.tfrecord", [record(21, TWO_OBJECTS), record(22, TWO_OBJECTS)])]
-    batches = list(boxes.ssd_eval_dataset(files, batch_size=3))
+    batches = list(pipeline.ssd_eval_dataset(files, batch_size=3))
     assert len(batches) == 2
     for images, ids, heights, widths in batches:
         assert images.shape == (3, 300, 300, 3) and images.dtype == tf.uint8 and ids.dtype == tf.int64
@@ -382,6 +384,6 @@ def test_eval_keeps_annotated_images_in_order_and_pads_the_last_batch(tmp_path):
     # No augmentation: the red object of image 11 is where its box says, in the 300x300 resize.
     np.testing.assert_allclose(colour_box(batches[0][0].numpy()[0], RED), [40 / 320, 48 / 240, 136 / 320, 176 / 240],
                                atol=0.01)
-    every = np.concatenate([b[1].numpy() for b in boxes.ssd_eval_dataset(files, batch_size=4, skip_empty=False)])
+    every = np.concatenate([b[1].numpy() for b in pipeline.ssd_eval_dataset(files, batch_size=4, skip_empty=False)])
     assert every.tolist() == [11, 21, 12, 22, 13, -1, -1, -1]
-    assert boxes.count_images(files) == 4
+    assert coco_records.count_images(files) == 4

@@ -1,5 +1,5 @@
-"""SSD post-processing and the COCO box-mAP evaluator (mlperf_keras/metrics/coco.py), on a small annotation file
-in the official COCO JSON format written by the test."""
+"""SSD post-processing (mlperf_keras/layers/ssd_postprocess.py) and the COCO box-mAP evaluator
+(mlperf_keras/metrics/coco.py), on a small annotation file in the official COCO JSON format written by the test."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,7 @@ import pytest
 from mlperf_keras import distribute
 from mlperf_keras.inputs import default_boxes
 from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.layers import ssd_postprocess
 from mlperf_keras.metrics import coco
 from tests.conftest import needs_horovod
 
@@ -153,15 +154,15 @@ def test_postprocess_matches_the_reference_loop_on_random_inputs():
     loc = rng.normal(0, 0.5, (3, num_boxes, 4)).astype(np.float32)
     logits = rng.normal(0, 2.0, (3, num_boxes, num_classes)).astype(np.float32)
     # Small caps so that the top-candidates cut (about 100 boxes per class pass 0.05) and the final cut both bite.
-    ours = coco.postprocess(loc, logits, dboxes, max_candidates=40, max_detections=30)
+    ours = ssd_postprocess.postprocess(loc, logits, dboxes, max_candidates=40, max_detections=30)
     reference = reference_postprocess(loc, logits, dboxes, max_num=40, max_output=30)
     assert_same_detections(ours, reference)
     assert all(len(scores) == 30 for _, scores, _ in ours)
     # Greedy NMS over the top 10 keeps a prefix of what it keeps over all, so the candidate cut shows only when the
     # final cut does not hide it; without either cap the NMS alone decides, and more survive.
-    few = coco.postprocess(loc, logits, dboxes, max_candidates=10, max_detections=1000)
+    few = ssd_postprocess.postprocess(loc, logits, dboxes, max_candidates=10, max_detections=1000)
     assert_same_detections(few, reference_postprocess(loc, logits, dboxes, max_num=10, max_output=1000))
-    loose = coco.postprocess(loc, logits, dboxes, max_candidates=1000, max_detections=1000)
+    loose = ssd_postprocess.postprocess(loc, logits, dboxes, max_candidates=1000, max_detections=1000)
     assert_same_detections(loose, reference_postprocess(loc, logits, dboxes, max_num=1000, max_output=1000))
     assert all(30 < len(a[1]) < len(b[1]) for a, b in zip(few, loose))
 
@@ -169,7 +170,7 @@ def test_postprocess_matches_the_reference_loop_on_random_inputs():
 def test_postprocess_matches_the_reference_loop_on_ssd300_sized_outputs():
     dboxes = default_boxes.default_boxes()
     loc, logits = realistic_outputs(np.random.default_rng(1), 2, dboxes)
-    ours = coco.postprocess(loc, logits, dboxes)
+    ours = ssd_postprocess.postprocess(loc, logits, dboxes)
     assert_same_detections(ours, reference_postprocess(loc, logits, dboxes))
     assert all(10 <= len(scores) <= 100 for _, scores, _ in ours)
 
@@ -186,23 +187,23 @@ def _two_box_case(second_box_ltrb, scores=(0.9, 0.8)):
 def test_nms_suppresses_at_iou_equal_to_the_threshold_and_keeps_below():
     # Dyadic boxes: intersection 0.25, union 0.5, IoU exactly 0.5. The reference keeps `iou < criteria`.
     loc, logits, dboxes = _two_box_case([0.25, 0.0, 1.0, 0.5])
-    (boxes, scores, labels), = coco.postprocess(loc, logits, dboxes, nms_iou=0.5)
+    (boxes, scores, labels), = ssd_postprocess.postprocess(loc, logits, dboxes, nms_iou=0.5)
     assert len(scores) == 1 and np.allclose(boxes[0], [0, 0, 0.75, 0.5]) and labels.tolist() == [1]
-    (_, scores, _), = coco.postprocess(loc, logits, dboxes, nms_iou=0.5 + 1e-6)
+    (_, scores, _), = ssd_postprocess.postprocess(loc, logits, dboxes, nms_iou=0.5 + 1e-6)
     assert len(scores) == 2
     # Less overlap (IoU 0.225 / 0.525 = 3/7) survives at 0.43; at 0.42 the lower-scored box (the first) is dropped.
     loc, logits, dboxes = _two_box_case([0.3, 0.0, 1.05, 0.5], scores=(0.6, 0.95))
-    (boxes, scores, _), = coco.postprocess(loc, logits, dboxes, nms_iou=0.43)
+    (boxes, scores, _), = ssd_postprocess.postprocess(loc, logits, dboxes, nms_iou=0.43)
     assert np.allclose(scores, [0.95, 0.6], atol=1e-6)
-    (boxes, scores, _), = coco.postprocess(loc, logits, dboxes, nms_iou=0.42)
+    (boxes, scores, _), = ssd_postprocess.postprocess(loc, logits, dboxes, nms_iou=0.42)
     assert np.allclose(scores, [0.95], atol=1e-6) and np.allclose(boxes[0], [0.3, 0.0, 1.05, 0.5], atol=1e-6)
 
 
 def test_nms_is_greedy_a_suppressed_box_suppresses_nothing():
     # A overlaps B (IoU 0.6), B overlaps C (0.6), A and C barely: A kept, B dropped, so C survives.
     boxes = np.asarray([[0.0, 0, 1.0, 1], [0.25, 0, 1.25, 1], [0.5, 0, 1.5, 1]])
-    assert coco.nms(boxes, 0.5).tolist() == [0, 2]
-    assert coco.nms(boxes, 0.3).tolist() == [0]
+    assert ssd_postprocess.nms(boxes, 0.5).tolist() == [0, 2]
+    assert ssd_postprocess.nms(boxes, 0.3).tolist() == [0]
 
 
 def test_score_threshold_and_max_detections_cut():
@@ -213,11 +214,11 @@ def test_score_threshold_and_max_detections_cut():
     for i, p in enumerate([0.9, 0.8, 0.7, 0.6, 0.5, 0.04]):
         logits[0, i, [0, i + 1]] = np.log([1 - p, p])
     loc = np.zeros((1, 6, 4), np.float32)
-    (boxes, scores, labels), = coco.postprocess(loc, logits, dboxes)
+    (boxes, scores, labels), = ssd_postprocess.postprocess(loc, logits, dboxes)
     assert labels.tolist() == [1, 2, 3, 4, 5] and np.allclose(scores, [0.9, 0.8, 0.7, 0.6, 0.5], atol=1e-5)
-    (boxes, scores, labels), = coco.postprocess(loc, logits, dboxes, max_detections=3)
+    (boxes, scores, labels), = ssd_postprocess.postprocess(loc, logits, dboxes, max_detections=3)
     assert labels.tolist() == [1, 2, 3] and np.allclose(boxes, ltrb[:3], atol=1e-6)
-    (_, scores, _), = coco.postprocess(loc, logits, dboxes, score_threshold=0.03)
+    (_, scores, _), = ssd_postprocess.postprocess(loc, logits, dboxes, score_threshold=0.03)
     assert len(scores) == 6
 
 
@@ -225,10 +226,10 @@ def test_an_image_without_detections_and_an_empty_batch():
     dboxes = default_boxes.default_boxes()
     logits = np.zeros((2, len(dboxes), 81), np.float32)
     logits[..., 0] = 10.0
-    assert [len(s) for _, s, _ in coco.postprocess(np.zeros((2, len(dboxes), 4)), logits, dboxes)] == [0, 0]
-    assert coco.postprocess(np.zeros((0, len(dboxes), 4)), np.zeros((0, len(dboxes), 81)), dboxes) == []
+    assert [len(s) for _, s, _ in ssd_postprocess.postprocess(np.zeros((2, len(dboxes), 4)), logits, dboxes)] == [0, 0]
+    assert ssd_postprocess.postprocess(np.zeros((0, len(dboxes), 4)), np.zeros((0, len(dboxes), 81)), dboxes) == []
     with pytest.raises(ValueError, match="loc"):
-        coco.postprocess(np.zeros((2, 10, 4)), logits, dboxes)
+        ssd_postprocess.postprocess(np.zeros((2, 10, 4)), logits, dboxes)
 
 
 # --- rows and categories --------------------------------------------------------------------------------------------

@@ -256,3 +256,35 @@ def test_report_lists_estimates_beside_measured_results(tmp_path):
 def test_a_cpu_benchmark_does_not_scale_to_gpus():
     cpu = {"model": "ssd", "loop_samples_per_s": 2.0, "global_batch_size": 1, "accelerators": 1, "accelerator": "cpu"}
     assert any("GPUs need a benchmark on one" in why for why in estimate.estimate("ssd", "0.7", 8, 8, cpu)["unknown"])
+
+
+def _study_module():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "estimate_study.py")
+    spec = importlib.util.spec_from_file_location("estimate_study", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_study_uses_a_measured_t4_rate_and_scales_the_other_card_by_peak_tflops():
+    """The R740 figure: a T4 benchmark at the preset's 256 per GPU is 'measured'; the V100-PCIe has none, so its
+    rate is the H200 result's x 112/989 (the presets' and the H200 result's peak TFLOP/s), marked assumed; a T4
+    result at another per-GPU batch is not taken as the preset's. Epochs are the RCPs' (the same for both cards at
+    equal GPU count), so the V100/T4 column is the rate ratio."""
+    study = _study_module()
+    h200 = {"model": "resnet", "accelerator": "NVIDIA H200", "accelerators": 1, "global_batch_size": 256,
+            "loop_samples_per_s": 7000.0, "train_tflops_per_s": 100.0, "fraction_of_peak": 100.0 / 989}
+    t4 = {"model": "resnet", "accelerator": "Tesla T4", "accelerators": 1, "global_batch_size": 256,
+          "loop_samples_per_s": 300.0}
+    t4_other_batch = {**t4, "global_batch_size": 128, "loop_samples_per_s": 1.0}
+    found = study.study([h200, t4, t4_other_batch], [], "0.7")
+    rows = {(r["card"], r["gpus"]): r for r in found["rows"] if r["model"] == "resnet"}
+    assert set(rows) == {("T4", n) for n in (1, 2, 3, 4)} | {("V100-PCIe", n) for n in (1, 2, 3)}
+    assert rows[("T4", 2)]["rate_source"] == "measured on Tesla T4"
+    assert rows[("V100-PCIe", 1)]["rate_source"].startswith("assumed: NVIDIA H200's rate x 112/989")
+    assert rows[("T4", 4)]["global_batch_size"] == 1024
+    assert rows[("V100-PCIe", 3)]["speedup_over_t4"] == pytest.approx(7000.0 * 112 / 989 / 300.0, rel=1e-9)
+    # Twice the GPUs at twice the batch, scaling 1.0: the RCP epochs differ by batch, so only check it is faster.
+    assert rows[("T4", 2)]["minutes"]["median"] < rows[("T4", 1)]["minutes"]["median"]
+    assert "unknown" in study.markdown(found)   # the other workloads have no benchmark here: said, not guessed

@@ -9,17 +9,29 @@ import os
 from tests.conftest import ROOT
 
 
+def _type_checking_only(node) -> bool:
+    """An `if TYPE_CHECKING:` block: its imports are for annotations and never run."""
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (getattr(test, "id", None) == "TYPE_CHECKING"
+                                         or getattr(test, "attr", None) == "TYPE_CHECKING")
+
+
 def _imported_modules(path: str) -> set[str]:
-    """Every module the file imports, at any depth (function-level imports included), as dotted names."""
+    """Every module the file imports when it runs, at any depth (function-level imports included), as dotted names."""
     with open(path) as f:
         tree = ast.parse(f.read(), path)
-    names = set()
-    for node in ast.walk(tree):
+    names, pending = set(), [tree]
+    while pending:
+        node = pending.pop()
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif _type_checking_only(node):
+            pending.extend(node.orelse)
+            continue
+        pending.extend(ast.iter_child_nodes(node))
     return names
 
 

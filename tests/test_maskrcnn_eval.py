@@ -11,7 +11,7 @@ import pycocotools.mask as mask_util
 
 from mlperf_keras.inputs import anchors as anchor_lib
 from mlperf_keras.layers import maskrcnn
-from mlperf_keras.metrics import coco
+from mlperf_keras.metrics import coco, coco_instances
 from tests.test_maskrcnn_losses import np_nms
 
 np_ = keras.ops.convert_to_numpy
@@ -57,13 +57,13 @@ def test_detections_match_the_reference_post_processing():
 
 def test_paste_mask_against_pycocotools_rle():
     # torch's bilinear, align_corners=False: [0, 1] -> 4 columns is [0, 0.25, 0.75, 1]
-    np.testing.assert_allclose(coco._resize_bilinear(np.array([[0.0, 1.0]]), 1, 4), [[0, 0.25, 0.75, 1]])
+    np.testing.assert_allclose(coco_instances._resize_bilinear(np.array([[0.0, 1.0]]), 1, 4), [[0, 0.25, 0.75, 1]])
     # A full 28x28 mask on box (10, 20, 37, 47): the box scaled by 30/28 about its centre (23.5, 33.5) is
     # (9.04, 19.04, 37.96, 47.96), truncated to (9, 19, 37, 47): 29 pixels a side. The padded 30-pixel mask resized
     # to 29 samples at (i + 0.5) x 30/29 - 0.5: i = 0 reads 0.02 of the first real pixel and i = 28 0.47 of the last,
     # both below 0.5, so pixels 1..27 of the box are set: x 10..36, y 20..46.
-    pasted = coco.paste_mask(np.ones((28, 28), np.float32), (10, 20, 37, 47), 60, 70)
-    rle = coco.encode_mask(pasted)
+    pasted = coco_instances.paste_mask(np.ones((28, 28), np.float32), (10, 20, 37, 47), 60, 70)
+    rle = coco_instances.encode_mask(pasted)
     assert isinstance(rle["counts"], str) and rle["size"] == [60, 70]
     decoded = mask_util.decode({"size": rle["size"], "counts": rle["counts"].encode()})
     np.testing.assert_array_equal(decoded, pasted)
@@ -72,12 +72,12 @@ def test_paste_mask_against_pycocotools_rle():
     assert float(mask_util.area(rle)) == 27 * 27 == pasted.sum()
     # A box crossing the image border is cut to the image (its scaled box (-10.96, -5.96, 17.96, 22.96) truncates
     # toward zero to (-10, -5, 17, 22): the mask ends before column 17 and row 22).
-    border = coco.paste_mask(np.ones((28, 28), np.float32), (-10, -5, 17, 22), 30, 30)
+    border = coco_instances.paste_mask(np.ones((28, 28), np.float32), (-10, -5, 17, 22), 30, 30)
     assert border[:17, :17].all() and not border[:, 17:].any() and not border[22:].any()
     # A half mask keeps its half.
     half = np.zeros((28, 28), np.float32)
     half[:, :14] = 1
-    pasted = coco.paste_mask(half, (0, 0, 55, 55), 56, 56)
+    pasted = coco_instances.paste_mask(half, (0, 0, 55, 55), 56, 56)
     # (the box scales to (-1.96, .., 56.96): the outermost pasted rows and columns are the zero padding)
     assert pasted[1:55, 1:27].all() and not pasted[:, 29:].any() and not pasted[0].any()
 
@@ -99,16 +99,14 @@ def _paste_cases(count, seed=0):
 
 def test_encode_pasted_mask_is_the_rle_of_the_pasted_image():
     for mask, box, height, width in _paste_cases(600):
-        assert coco.encode_pasted_mask(mask, box, height, width) == \
-            coco.encode_mask(coco.paste_mask(mask, box, height, width)), (box, height, width)
+        assert coco_instances.encode_pasted_mask(mask, box, height, width) == \
+            coco_instances.encode_mask(coco_instances.paste_mask(mask, box, height, width)), (box, height, width)
 
 
 def test_paste_pool_processes_give_the_same_masks_in_order(monkeypatch):
-    from mlperf_keras.metrics import paste_pool
-
     images = [list(zip(*cases)) for cases in (list(_paste_cases(7, seed)) for seed in (1, 2, 3))]
-    want = [[coco.encode_pasted_mask(m, b, h, w) for m, b, h, w in zip(*image)] for image in images]
-    pool = paste_pool.PastePool(2)
+    want = [[coco_instances.encode_pasted_mask(m, b, h, w) for m, b, h, w in zip(*image)] for image in images]
+    pool = coco_instances.PastePool(2)
     try:
         futures = [[pool.submit(np.stack([m]), np.array([b]), h, w) for m, b, h, w in zip(*image)]
                    for image in images]
@@ -116,15 +114,15 @@ def test_paste_pool_processes_give_the_same_masks_in_order(monkeypatch):
         assert pool._executor is not None      # it did run in worker processes
     finally:
         pool.close()
-    inline = paste_pool.PastePool(1)
+    inline = coco_instances.PastePool(1)
     assert inline.submit(np.stack(images[0][0]), np.array(images[0][1]), 1, 1).done() and inline._executor is None
     # auto: the host's cores among its workers, one left to each worker, at most 8; no pool below 2 processes
-    monkeypatch.setattr(paste_pool.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(coco_instances.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     for local, expected in (("1", 8), ("4", 3), ("8", 1)):
         monkeypatch.setenv("HOROVOD_LOCAL_SIZE", local)
-        assert paste_pool.auto_processes() == expected
+        assert coco_instances.auto_processes() == expected
     with pytest.raises(ValueError, match="paste processes"):
-        paste_pool.PastePool(-1)
+        coco_instances.PastePool(-1)
 
 
 def _annotations(tmp_path):
@@ -154,12 +152,12 @@ def test_ground_truth_scores_box_and_mask_ap_1(tmp_path, backend):
         h, w = size[a["image_id"]]
         mask = mask_util.decode(mask_util.merge(mask_util.frPyObjects(a["segmentation"], h, w)))
         rows.append([a["image_id"], *a["bbox"], 0.9, a["category_id"]])
-        rles.append(coco.encode_mask(mask))
-    result = coco.evaluate_instances(path, np.array(rows), rles, backend=backend)
+        rles.append(coco_instances.encode_mask(mask))
+    result = coco_instances.evaluate_instances(path, np.array(rows), rles, backend=backend)
     assert result["bbox"][0] == pytest.approx(1.0) and result["segm"][0] == pytest.approx(1.0)
     # a wrong mask lowers segm only
-    rles[0] = coco.encode_mask(np.zeros((50, 60), np.uint8))
-    worse = coco.evaluate_instances(path, np.array(rows), rles, backend=backend)
+    rles[0] = coco_instances.encode_mask(np.zeros((50, 60), np.uint8))
+    worse = coco_instances.evaluate_instances(path, np.array(rows), rles, backend=backend)
     assert worse["bbox"][0] == pytest.approx(1.0) and worse["segm"][0] < 0.9
 
 
@@ -200,26 +198,26 @@ def test_instance_metric_gathers_rows_and_rles_from_every_worker(tmp_path):
         mask = mask_util.decode(mask_util.merge(mask_util.frPyObjects(a["segmentation"], h, w)))
         rows, rles = per_image.setdefault(a["image_id"], ([], []))
         rows.append([a["image_id"], *a["bbox"], 0.9, a["category_id"]])
-        rles.append(coco.encode_mask(mask))
+        rles.append(coco_instances.encode_mask(mask))
     ids = sorted(size)
     share = {0: ids[: len(ids) // 2], 1: ids[len(ids) // 2:]}
     worker = _Recording()
-    second = coco.CocoInstanceMetric(path, worker, expected_images=len(share[1]))
+    second = coco_instances.CocoInstanceMetric(path, worker, expected_images=len(share[1]))
     for image_id in share[1]:
         second.add_image(image_id, *per_image.get(image_id, ([], [])))
     second.result()
-    chief = coco.CocoInstanceMetric(path, _ChiefOfTwo(worker.sent), expected_images=len(ids))
+    chief = coco_instances.CocoInstanceMetric(path, _ChiefOfTwo(worker.sent), expected_images=len(ids))
     for image_id in share[0]:
         chief.add_image(image_id, *per_image.get(image_id, ([], [])))
     result = chief.result()
     assert result == {"bbox": pytest.approx(1.0), "segm": pytest.approx(1.0)}
     all_rows = [r for i in ids for r in per_image.get(i, ([], []))[0]]
     all_rles = [m for i in ids for m in per_image.get(i, ([], []))[1]]
-    union = coco.evaluate_instances(path, np.array(all_rows), all_rles)
+    union = coco_instances.evaluate_instances(path, np.array(all_rows), all_rles)
     np.testing.assert_allclose(chief.stats["segm"], union["segm"])
     from mlperf_keras.inputs.manifest import DataError
 
     with pytest.raises(DataError, match="validation images"):   # a worker's images missing: refused
-        short = coco.CocoInstanceMetric(path, _Recording(), expected_images=len(ids))
+        short = coco_instances.CocoInstanceMetric(path, _Recording(), expected_images=len(ids))
         short.add_image(ids[0], *per_image.get(ids[0], ([], [])))
         short.result()

@@ -12,7 +12,7 @@ import pytest
 
 from data_prep import coco, demo_coco
 from mlperf_keras.inputs import maskrcnn as pipeline
-from mlperf_keras.inputs import records
+from mlperf_keras.inputs import maskrcnn_shapes, records
 from mlperf_keras.inputs.manifest import DataError, read_manifest
 
 MIN, MAX = 64, 112      # a short side of 64, long sides up to 112: padded to (64, 128) / (128, 64)
@@ -47,11 +47,11 @@ def test_resize_is_the_references_get_size_and_fits_the_padded_shapes():
     for w, h in sizes:
         got = tuple(int(v) for v in pipeline.resized_size(h, w))
         assert got == reference_get_size(w, h), (w, h)
-        group = pipeline.LANDSCAPE if h < w else pipeline.PORTRAIT
-        bound = pipeline.padded_shape(group)
+        group = maskrcnn_shapes.LANDSCAPE if h < w else maskrcnn_shapes.PORTRAIT
+        bound = maskrcnn_shapes.padded_shape(group)
         assert got[0] <= bound[0] and got[1] <= bound[1], (w, h, got, bound)
-    assert pipeline.padded_shape(pipeline.LANDSCAPE) == (800, 1344)
-    assert pipeline.padded_shape(pipeline.PORTRAIT) == (1344, 800)
+    assert maskrcnn_shapes.padded_shape(maskrcnn_shapes.LANDSCAPE) == (800, 1344)
+    assert maskrcnn_shapes.padded_shape(maskrcnn_shapes.PORTRAIT) == (1344, 800)
 
 
 def test_box_masks_rasterise_each_polygon_over_its_own_box():
@@ -120,7 +120,7 @@ def test_mask_targets_agree_with_the_reference_rasterising_on_the_proposal():
     the proposal and rasterised at 28x28 there): the one documented difference of the mask targets stays small."""
     import keras
 
-    from mlperf_keras.layers import maskrcnn
+    from mlperf_keras.layers import maskrcnn_targets
 
     t = np.linspace(0, 2 * np.pi, 40, endpoint=False)
     polygon = np.stack([60 + 40 * np.cos(t), 50 + 25 * np.sin(t)], 1)              # an ellipse in (20..100, 25..75)
@@ -130,7 +130,7 @@ def test_mask_targets_agree_with_the_reference_rasterising_on_the_proposal():
         x1, y1, x2, y2 = proposal
         p = (polygon - (x1, y1)) * (28 / max(x2 - x1, 1), 28 / max(y2 - y1, 1))
         want = mask_util.decode(mask_util.merge(mask_util.frPyObjects([p.ravel().tolist()], 28, 28)))
-        got = keras.ops.convert_to_numpy(maskrcnn.mask_targets(local[None], box[None, None].astype(np.float32),
+        got = keras.ops.convert_to_numpy(maskrcnn_targets.mask_targets(local[None], box[None, None].astype(np.float32),
                                                                 np.array([[proposal]], np.float32),
                                                                 np.zeros((1, 1), np.int32)))[0, 0]
         iou = np.logical_and(got, want).sum() / np.logical_or(got, want).sum()

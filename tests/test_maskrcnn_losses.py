@@ -1,5 +1,6 @@
-"""Mask R-CNN training graph (layers/maskrcnn.py): IoU, matching, sampling, NMS, targets and losses against NumPy on
-hand-built cases; gradients reach every trainable layer; one train step through steps.py on TensorFlow and JAX."""
+"""Mask R-CNN training graph (layers/maskrcnn.py, maskrcnn_targets.py, box_ops.py): IoU, matching, sampling, NMS,
+targets and losses against NumPy on hand-built cases; gradients reach every trainable layer; one train step through
+steps.py on TensorFlow and JAX."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from mlperf_keras.inputs import anchors as anchor_lib
-from mlperf_keras.layers import maskrcnn
+from mlperf_keras.layers import box_ops, maskrcnn, maskrcnn_targets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 np_ = keras.ops.convert_to_numpy
@@ -37,12 +38,12 @@ def np_nms(boxes, threshold):
     return keep
 
 
-def test_pairwise_iou_and_nms_match_numpy():
+def test_inclusive_iou_and_nms_match_numpy():
     rng = np.random.default_rng(0)
     xy = rng.uniform(0, 60, (2, 80, 2))
     boxes = np.concatenate([xy, xy + rng.uniform(2, 30, (2, 80, 2))], -1).astype(np.float32)
-    np.testing.assert_allclose(np_(maskrcnn.pairwise_iou(boxes, boxes))[1], np_iou(boxes[1], boxes[1]), rtol=1e-5)
-    keep = np_(maskrcnn.nms_keep(keras.ops.convert_to_tensor(boxes), 0.5))
+    np.testing.assert_allclose(np_(box_ops.inclusive_iou(boxes, boxes))[1], np_iou(boxes[1], boxes[1]), rtol=1e-5)
+    keep = np_(box_ops.nms_keep(keras.ops.convert_to_tensor(boxes), 0.5))
     for b in range(2):
         want = np_nms(boxes[b].astype(np.float64), 0.5)
         assert 10 < want.sum() < 80
@@ -56,11 +57,11 @@ def test_matcher_thresholds_low_quality_and_padding():
                      [0.0, 0.1, 0.2, 0.4, 0.4, 0.0],
                      [0.9, 0.9, 0.9, 0.9, 0.9, 0.9]]], np.float32)
     valid = np.array([[True, True, False]])
-    with_low = np_(maskrcnn.match(iou, valid, 0.7, 0.3, True))
+    with_low = np_(maskrcnn_targets.match(iou, valid, 0.7, 0.3, True))
     np.testing.assert_array_equal(with_low, [[0, -2, -1, 1, 1, -1]])
-    without = np_(maskrcnn.match(iou, valid, 0.7, 0.3, False))
+    without = np_(maskrcnn_targets.match(iou, valid, 0.7, 0.3, False))
     np.testing.assert_array_equal(without, [[0, -2, -1, -2, -2, -1]])
-    roi = np_(maskrcnn.match(iou, valid, 0.5, 0.5, False))
+    roi = np_(maskrcnn_targets.match(iou, valid, 0.5, 0.5, False))
     np.testing.assert_array_equal(roi, [[0, 0, -1, -1, -1, -1]])
 
 
@@ -72,7 +73,7 @@ def test_sampler_balances_and_draws_candidates_only():
     positive[1, [2]] = True                         # 1 positive; only 3 negatives: 4 of 8 slots filled
     negative[1, [30, 31, 32]] = True
     seed = keras.random.SeedGenerator(3)
-    index, is_positive, valid = (np_(t) for t in maskrcnn.sample(positive, negative, 8, 4, seed))
+    index, is_positive, valid = (np_(t) for t in maskrcnn_targets.sample(positive, negative, 8, 4, seed))
     np.testing.assert_array_equal(is_positive[0], [1, 1, 1, 1, 0, 0, 0, 0])
     assert valid[0].all() and positive[0, index[0, :4]].all() and negative[0, index[0, 4:]].all()
     assert len(set(index[0].tolist())) == 8
@@ -82,7 +83,7 @@ def test_sampler_balances_and_draws_candidates_only():
     # uniform draws: over many draws every positive of image 0 is picked about 4/6 of the time
     counts = np.zeros(40)
     for _ in range(60):
-        counts[np_(maskrcnn.sample(positive, negative, 8, 4, seed)[0])[0, :4]] += 1
+        counts[np_(maskrcnn_targets.sample(positive, negative, 8, 4, seed)[0])[0, :4]] += 1
     assert counts[[1, 5, 7, 9, 11, 13]].min() > 0.4 * 60 and counts.sum() == 240
 
 
@@ -101,7 +102,7 @@ def test_rpn_losses_by_hand():
     labels = np.array([[1, 0, 0], [1, 0, 0]], np.float32)
     valid = np.array([[1, 1, 1], [1, 1, 0]], bool)       # image 1's third slot is empty
     targets = np.full((2, 3, 4), 0.05, np.float32)
-    obj, box = (float(v) for v in maskrcnn.rpn_losses(logits, deltas, index, labels, valid, targets))
+    obj, box = (float(v) for v in maskrcnn_targets.rpn_losses(logits, deltas, index, labels, valid, targets))
     x = np.array([3.0, 2.0, -1.0, 1.0, -2.0])
     y = np.array([1, 0, 0, 1, 0.0])
     assert obj == pytest.approx(_bce(x, y).mean(), rel=1e-6)
@@ -116,7 +117,7 @@ def test_box_losses_by_hand_class_specific():
     labels = np.array([[2, 1, 0, 0]], np.int32)
     valid = np.array([[1, 1, 1, 0]], bool)
     targets = rng.normal(size=(1, 4, 4)).astype(np.float32)
-    cls, box = (float(v) for v in maskrcnn.box_losses(logits, deltas, labels, valid, targets))
+    cls, box = (float(v) for v in maskrcnn_targets.box_losses(logits, deltas, labels, valid, targets))
     log_p = logits[0] - np.log(np.exp(logits[0]).sum(-1, keepdims=True))
     assert cls == pytest.approx(-(log_p[0, 2] + log_p[1, 1] + log_p[2, 0]) / 3, rel=1e-5)
     want = (_smooth_l1(deltas[0, 0, 2] - targets[0, 0], 1).sum() + _smooth_l1(deltas[0, 1, 1] - targets[0, 1], 1).sum())
@@ -131,7 +132,7 @@ def test_roi_box_targets_use_the_references_coder_weights_10_10_5_5():
     proposal = np.array([14.0, 16.0, 53.0, 59.0], np.float32)    # IoU 0.62 with the ground truth
     proposals = np.array([[proposal, [200.0, 200.0, 230.0, 230.0]]], np.float32)
     spec = maskrcnn.Spec(num_classes=3, roi_batch=4)
-    rois, labels, valid, targets, _ = (np_(t) for t in maskrcnn.roi_targets(
+    rois, labels, valid, targets, _ = (np_(t) for t in maskrcnn_targets.roi_targets(
         proposals, np.array([[True, True]]), gt, np.array([[2, 0]], np.int32), np.array([[True, False]]), spec,
         seed=keras.random.SeedGenerator(1)))
     slot = [i for i in range(4) if labels[0, i] == 2 and np.allclose(rois[0, i], proposal)]
@@ -153,7 +154,7 @@ def test_mask_targets_and_loss_by_hand():
     gt_boxes = np.array([[[10, 10, 29, 29], [0, 0, 39, 39]]], np.float32)
     rois = np.array([[[10, 10, 29, 29], [0, 0, 40, 40], [0, 0, 39, 39]]], np.float32)
     instance = np.array([[0, 0, 1]], np.int32)
-    t = np_(maskrcnn.mask_targets(masks, gt_boxes, rois, instance, size=28))
+    t = np_(maskrcnn_targets.mask_targets(masks, gt_boxes, rois, instance, size=28))
     assert t[0, 0].all()                           # the ROI is the square: all ones
     assert t[0, 1].sum() == pytest.approx(14 * 14, abs=28)   # the square is the middle half of the ROI
     assert not t[0, 1][:5].any() and not t[0, 1][:, -5:].any()   # zeros outside the square's box
@@ -162,7 +163,7 @@ def test_mask_targets_and_loss_by_hand():
     logits = np.random.default_rng(2).normal(size=(1, 3, 28, 28, 3)).astype(np.float32)
     labels = np.array([[1, 2, 0]], np.int32)
     valid = np.array([[1, 1, 0]], bool)
-    got = float(maskrcnn.mask_loss(logits, labels, t, valid))
+    got = float(maskrcnn_targets.mask_loss(logits, labels, t, valid))
     want = np.concatenate([_bce(logits[0, 0, ..., 1], t[0, 0]).ravel(), _bce(logits[0, 1, ..., 2], t[0, 1]).ravel()])
     assert got == pytest.approx(want.mean(), rel=1e-5)
 
@@ -170,7 +171,7 @@ def test_mask_targets_and_loss_by_hand():
 def test_rpn_targets_encode_the_matched_box():
     anchors = anchor_lib.fpn_anchors(64, 64)
     gt = np.array([[[8, 8, 40, 40], [0, 0, 0, 0]]], np.float32)
-    index, labels, valid, targets = (np_(t) for t in maskrcnn.rpn_targets(
+    index, labels, valid, targets = (np_(t) for t in maskrcnn_targets.rpn_targets(
         anchors, gt, np.array([[True, False]]), np.array([[64, 64]], np.int32), maskrcnn.TINY_SPEC,
         keras.random.SeedGenerator(0)))
     flat = np.concatenate(anchors)
@@ -209,7 +210,7 @@ def test_gradients_reach_every_trainable_layer():
     model(batch, training=True)
     with tf.GradientTape(persistent=True) as tape:
         pred = model(batch, training=True)
-        losses = maskrcnn.training_losses(pred)
+        losses = maskrcnn_targets.training_losses(pred)
         total = sum(losses.values())
         # Every head output at once: on a 64x96 image no anchor of P4/P5 lies inside the image and no ROI is large
         # enough for P4/P5, so the losses alone leave fpn_layer4/5 without gradient; connectivity is checked here.
@@ -231,14 +232,14 @@ import os, time, numpy as np, keras
 JIT = os.environ["STEP_JIT"] == "1"
 start = time.time()
 from mlperf_keras import distribute, steps
-from mlperf_keras.layers import maskrcnn
+from mlperf_keras.layers import maskrcnn, maskrcnn_targets
 from tests.test_maskrcnn_losses import tiny_batch
 keras.utils.set_random_seed(0)
 model = maskrcnn.MaskRCNN(maskrcnn.TINY_SPEC, seed=1)
 batch = tiny_batch()
 model(batch, training=True)
 before = [np.array(v.value) for v in model.trainable_variables]
-step = steps.make_train_step(model, keras.optimizers.SGD(1e-4, momentum=0.9), maskrcnn.total_loss,
+step = steps.make_train_step(model, keras.optimizers.SGD(1e-4, momentum=0.9), maskrcnn_targets.total_loss,
                              distribute.create(keras.backend.backend()), jit_compile=JIT)
 loss = float(step(batch, np.zeros(2, np.float32)))
 step.sync_to_model()

@@ -136,7 +136,8 @@ def test_ssd_targets_match_at_iou_above_one_half_in_numpy_and_tensorflow():
     (its best, 0.648, among them) and 52 more by 0.3 to 0.5: exactly the 6 are positive, with its label."""
     import tensorflow as tf
 
-    from mlperf_keras.inputs import boxes, default_boxes
+    from mlperf_keras.inputs import default_boxes
+    from mlperf_keras.inputs import ssd as ssd_pipeline
 
     gt, label = np.array([0.2, 0.25, 0.5, 0.6]), 7
     dboxes = default_boxes.default_boxes()
@@ -147,7 +148,7 @@ def test_ssd_targets_match_at_iou_above_one_half_in_numpy_and_tensorflow():
 
     _, numpy_labels = default_boxes.match(gt[None], np.array([label]), dboxes)
     assert np.array_equal(numpy_labels == label, expected) and set(np.unique(numpy_labels)) == {0, label}
-    _, tf_labels = boxes.encode_targets(tf.constant(gt[None], tf.float32), tf.constant([label]))
+    _, tf_labels = ssd_pipeline.encode_targets(tf.constant(gt[None], tf.float32), tf.constant([label]))
     assert np.array_equal(tf_labels.numpy() == label, expected)
 
 
@@ -168,11 +169,12 @@ def test_ssd_crop_and_colour_constants_are_the_references():
     """mlcommons/training 0badcd17 single_stage_detector/ssd/utils.py `SSDCropping.sample_options`: None (the whole
     image), (0.1, None), (0.3, None), (0.5, None), (0.7, None), (0.9, None), (None, None) (no IoU bound; a None bound is
     -inf / +inf); `transforms.ColorJitter(brightness=0.125, contrast=0.5, saturation=0.5, hue=0.05)`."""
-    from mlperf_keras.inputs import boxes
+    from mlperf_keras.inputs import ssd as ssd_pipeline
 
-    assert math.isnan(boxes.CROP_MIN_IOU[0]) and boxes.CROP_MIN_IOU[1:] == (0.1, 0.3, 0.5, 0.7, 0.9, -math.inf)
-    assert boxes.CROP_MAX_IOU[1:] == (math.inf,) * 6
-    assert boxes.COLOR_JITTER == {"brightness": 0.125, "contrast": 0.5, "saturation": 0.5, "hue": 0.05}
+    assert math.isnan(ssd_pipeline.CROP_MIN_IOU[0])
+    assert ssd_pipeline.CROP_MIN_IOU[1:] == (0.1, 0.3, 0.5, 0.7, 0.9, -math.inf)
+    assert ssd_pipeline.CROP_MAX_IOU[1:] == (math.inf,) * 6
+    assert ssd_pipeline.COLOR_JITTER == {"brightness": 0.125, "contrast": 0.5, "saturation": 0.5, "hue": 0.05}
 
 
 def test_ssd_evaluation_and_optimizer_constants():

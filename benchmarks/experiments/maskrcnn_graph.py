@@ -140,7 +140,7 @@ def main(argv=None):
 
     from mlperf_keras import distribute, steps
     from mlperf_keras.inputs import anchors as anchor_lib
-    from mlperf_keras.layers import maskrcnn
+    from mlperf_keras.layers import box_ops, maskrcnn, maskrcnn_targets
     from mlperf_keras.layers.roi_align import multilevel_roi_align
 
     import dataclasses
@@ -199,7 +199,7 @@ def main(argv=None):
         # over the timed steps (a large rate from random weights diverges, and NaN boxes would make NMS trivially
         # fast).
         optimizer = keras.optimizers.SGD(args.learning_rate, momentum=0.9)
-    step = steps.make_train_step(model, optimizer, maskrcnn.total_loss, dist)
+    step = steps.make_train_step(model, optimizer, maskrcnn_targets.total_loss, dist)
     x, y = step.to_device((host, labels))
     if not args.no_step:
         first = float(step(x, y))  # compiles
@@ -254,15 +254,15 @@ def main(argv=None):
         codes = jnp.take_along_axis(dl[0], index[..., None], axis=1)
         boxes = anchor_lib.decode_ops(codes, jnp.take(jnp.asarray(level_anchors[0]), index, axis=0),
                                       anchor_lib.RPN_CODER_WEIGHTS)
-        return maskrcnn.clip_boxes(boxes, s)
+        return box_ops.clip_boxes(boxes, s)
     report("top_k 2000 of P2 (+decode)", timed(jax.jit(p2_boxes), logits, deltas, sizes, steps=n)[0])
     boxes_p2 = jax.jit(p2_boxes)(logits, deltas, sizes)
-    report("nms_keep on P2's 2000", timed(jax.jit(lambda b: maskrcnn.nms_keep(b, spec.rpn_nms)), boxes_p2,
+    report("nms_keep on P2's 2000", timed(jax.jit(lambda b: box_ops.nms_keep(b, spec.rpn_nms)), boxes_p2,
                                            steps=n)[0])
 
     def nms_rounds(boxes, threshold):  # nms_keep's loop, counting its rounds
         n_ = boxes.shape[-2]
-        overlap = maskrcnn.pairwise_iou(boxes, boxes) > threshold
+        overlap = box_ops.inclusive_iou(boxes, boxes) > threshold
         earlier = jnp.arange(n_)[:, None] < jnp.arange(n_)[None, :]
         suppresses = jnp.logical_and(overlap, earlier[None]).astype("float32")
 
@@ -284,7 +284,7 @@ def main(argv=None):
             codes = jnp.take_along_axis(codes, index[..., None], axis=1)
             boxes = anchor_lib.decode_ops(codes, jnp.take(jnp.asarray(anchors), index, axis=0),
                                           anchor_lib.RPN_CODER_WEIGHTS)
-            boxes = maskrcnn.clip_boxes(boxes, s)
+            boxes = box_ops.clip_boxes(boxes, s)
             pad = k - kl
             boxes_all.append(jnp.pad(boxes, ((0, 0), (0, pad), (0, 0))))
             top_all.append(jnp.pad(top, ((0, 0), (0, pad))))
@@ -292,7 +292,7 @@ def main(argv=None):
         b = objectness[0].shape[0]
         stacked = jnp.stack(boxes_all, 1).reshape(b * len(boxes_all), k, 4)
         valid = jnp.stack(valid_all, 1).reshape(b * len(boxes_all), k)
-        keep = maskrcnn.nms_keep(stacked, spec.rpn_nms, valid).reshape(b, -1)
+        keep = box_ops.nms_keep(stacked, spec.rpn_nms, valid).reshape(b, -1)
         scores = jnp.where(keep, jax.nn.sigmoid(jnp.stack(top_all, 1).reshape(b, -1)), -1.0)
         best, index = jax.lax.top_k(scores, spec.proposals_per_image)
         return jnp.take_along_axis(stacked.reshape(b, -1, 4), index[..., None], axis=1), best >= 0.0
@@ -303,14 +303,14 @@ def main(argv=None):
     gt_classes = x["gt_classes"]
     gt_valid = gt_classes > 0
     report("rpn_targets (IoU with every anchor, match, sample)", timed(jax.jit(
-        lambda g, v, s: maskrcnn.rpn_targets(level_anchors, g, v, s, spec, 1)), gt_boxes, gt_valid, sizes,
+        lambda g, v, s: maskrcnn_targets.rpn_targets(level_anchors, g, v, s, spec, 1)), gt_boxes, gt_valid, sizes,
         steps=n)[0])
-    roi_fn = jax.jit(lambda p, pv, g, c, v: maskrcnn.roi_targets(p, pv, g, c, v, spec, 1))
+    roi_fn = jax.jit(lambda p, pv, g, c, v: maskrcnn_targets.roi_targets(p, pv, g, c, v, spec, 1))
     report("roi_targets", timed(roi_fn, proposals, proposal_valid, gt_boxes, gt_classes, gt_valid, steps=n)[0])
     rois, roi_labels, roi_valid, box_targets, matched = roi_fn(proposals, proposal_valid, gt_boxes, gt_classes,
                                                                gt_valid)
     mask_rois = rois[:, :spec.roi_positives]
-    report("mask_targets", timed(jax.jit(lambda m, r, i: maskrcnn.mask_targets(m, gt_boxes, r, i)), x["gt_masks"], mask_rois,
+    report("mask_targets", timed(jax.jit(lambda m, r, i: maskrcnn_targets.mask_targets(m, gt_boxes, r, i)), x["gt_masks"], mask_rois,
                                  matched[:, :spec.roi_positives], steps=n)[0])
 
     for name, r, pool in (("box", rois, maskrcnn.BOX_POOL), ("mask", mask_rois, maskrcnn.MASK_POOL)):
@@ -344,7 +344,7 @@ def main(argv=None):
 
     def full_forward(t, nt, batch):
         pred = model.stateless_call(t, nt, batch, training=True)[0]
-        return maskrcnn.total_loss(None, pred)
+        return maskrcnn_targets.total_loss(None, pred)
     report("whole forward + losses", timed(jax.jit(full_forward), trainable_values, non_trainable_values, x,
                                            steps=n)[0])
 

@@ -80,15 +80,16 @@ def to_xywh(ltrb: np.ndarray) -> np.ndarray:
 
 
 def iou_matrix(a_ltrb: np.ndarray, b_ltrb: np.ndarray) -> np.ndarray:
-    """[len(a), len(b)] intersection over union."""
-    a, b = np.asarray(a_ltrb, np.float64)[:, None, :], np.asarray(b_ltrb, np.float64)[None, :, :]
-    lt = np.maximum(a[..., :2], b[..., :2])
-    rb = np.minimum(a[..., 2:], b[..., 2:])
-    inter = np.prod(np.clip(rb - lt, 0.0, None), axis=-1)
-    area_a = np.prod(a[..., 2:] - a[..., :2], axis=-1)
-    area_b = np.prod(b[..., 2:] - b[..., :2], axis=-1)
-    union = area_a + area_b - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+    """[len(a), len(b)] intersection over union of ltrb boxes with continuous corners ((right - left) x (bottom -
+    top) areas), in float64, 0 where the union is empty. One coordinate at a time (no [len(a), len(b), 2]
+    temporaries): SSD's NMS (layers/ssd_postprocess.py) calls it for every class of every image."""
+    left_a, top_a, right_a, bottom_a = np.asarray(a_ltrb, np.float64).T
+    left_b, top_b, right_b, bottom_b = np.asarray(b_ltrb, np.float64).T
+    width = np.minimum(right_a[:, None], right_b) - np.maximum(left_a[:, None], left_b)
+    height = np.minimum(bottom_a[:, None], bottom_b) - np.maximum(top_a[:, None], top_b)
+    inter = np.maximum(width, 0.0) * np.maximum(height, 0.0)
+    union = ((right_a - left_a) * (bottom_a - top_a))[:, None] + (right_b - left_b) * (bottom_b - top_b) - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
 
 
 def match(gt_ltrb: np.ndarray, gt_labels: np.ndarray, dboxes_xywh: np.ndarray, iou_threshold: float = 0.5):

@@ -29,7 +29,7 @@ Differences, on purpose:
   dropping objects (COCO's maximum per image was not counted here).
 - Masks travel box-local: each object's polygons are rasterised (pycocotools frPyObjects + merge + decode, as the
   reference's Polygons.convert) at mask_resolution x mask_resolution (64) over its own ground-truth box, and
-  layers.maskrcnn.mask_targets resamples them onto each positive proposal's 28x28 grid (2x2 bilinear samples per
+  layers.maskrcnn_targets.mask_targets resamples them onto each positive proposal's 28x28 grid (2x2 bilinear samples per
   cell, thresholded at 0.5). The reference crops the polygons to the proposal and rasterises them there at 28x28
   (roi_heads/mask_head/loss.py project_masks_on_boxes). Full-image masks would cost 100 x 800 x 1344 bytes (107 MB)
   per image; these cost 100 x 64 x 64 (410 KB). A box-local mask does not depend on the resize, and the flip
@@ -57,25 +57,14 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from mlperf_keras.inputs import boxes as box_lib
-from mlperf_keras.inputs import image, records
+from mlperf_keras.inputs import coco_records, image, records
 from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.inputs.maskrcnn_shapes import LANDSCAPE, MAX_SIZE, MIN_SIZE, PORTRAIT, padded_shape
 
-MIN_SIZE, MAX_SIZE = 800, 1333          # INPUT.MIN_SIZE_TRAIN / MAX_SIZE_TRAIN (and _TEST)
-SIZE_DIVISIBILITY = 32                  # DATALOADER.SIZE_DIVISIBILITY
 MASK_RESOLUTION = 64                    # box-local ground-truth masks (see the module docstring)
 PAD_RGB = (123, 116, 103)               # Detectron's PIXEL_MEAN (BGR 102.98, 115.95, 122.77) as RGB uint8
-LANDSCAPE, PORTRAIT = 0, 1              # GroupedBatchSampler's groups: height / width < 1, >= 1
 
 _SEGMENTATION = {"image/object/segmentation": tf.io.VarLenFeature(tf.string)}
-
-
-def padded_shape(group: int, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE) -> tuple[int, int]:
-    """(height, width) every image of an orientation group is padded to: the resized image's bounds rounded up to
-    multiples of 32 (landscape: height <= min_size, width <= max_size)."""
-    short = int(math.ceil(min_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY)
-    long = int(math.ceil(max_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY)
-    return (short, long) if group == LANDSCAPE else (long, short)
 
 
 def orientation(height, width):
@@ -135,7 +124,7 @@ def box_masks(segmentations, boxes, height, width, resolution: int = MASK_RESOLU
 
 def parse_instances(serialized) -> dict:
     """boxes.parse_detection's dict plus "segmentation": the objects' COCO segmentations as JSON strings [n]."""
-    example = box_lib.parse_detection(serialized)
+    example = coco_records.parse_detection(serialized)
     segmentation = records.parse(serialized, _SEGMENTATION)["image/object/segmentation"].values
     with tf.control_dependencies([tf.debugging.assert_equal(tf.size(segmentation), tf.size(example["labels"]),
                                                             message="COCO record: segmentation and class/label "
@@ -236,7 +225,7 @@ def _grouped_batches(dataset, batch_size: int, filled=None):
 
 def count_groups(paths: list[str]) -> tuple[int, int]:
     """(landscape, portrait) trainable images (`trainable`) in `paths`; one read of the files."""
-    features = {k: box_lib.DETECTION_FEATURES[k] for k in ("image/height", "image/width", "image/object/bbox/xmin",
+    features = {k: coco_records.DETECTION_FEATURES[k] for k in ("image/height", "image/width", "image/object/bbox/xmin",
                                                            "image/object/bbox/ymin", "image/object/bbox/xmax",
                                                            "image/object/bbox/ymax")}
 
@@ -327,7 +316,7 @@ def eval_dataset(paths: list[str], *, batch_size: int, min_size: int = MIN_SIZE,
     with repeats of its images under image_id -1."""
     @tf.autograph.experimental.do_not_convert
     def preprocess(serialized):
-        example = box_lib.parse_detection(serialized)
+        example = coco_records.parse_detection(serialized)
         pixels, new_h, new_w = _decode_resized(example, min_size, max_size)
         group = orientation(example["height"], example["width"])
         return {"images": _pad_image(pixels, group, min_size, max_size), "image_sizes": tf.stack([new_h, new_w]),
@@ -344,7 +333,7 @@ def eval_dataset(paths: list[str], *, batch_size: int, min_size: int = MIN_SIZE,
     return image.with_threads(dataset, threads)
 
 
-__all__ = ["LANDSCAPE", "MASK_RESOLUTION", "MAX_SIZE", "MIN_SIZE", "PAD_RGB", "PORTRAIT", "box_masks",
+__all__ = ["MASK_RESOLUTION", "PAD_RGB", "box_masks",
            "check_epoch_fits", "check_pass_fits", "count_groups", "eval_dataset", "grouped_batches_needed",
-           "orientation", "padded_shape", "parse_instances", "reference_boxes", "resize_like_pil", "resized_size",
+           "orientation", "parse_instances", "reference_boxes", "resize_like_pil", "resized_size",
            "stream_position", "train_dataset", "train_example", "trainable"]

@@ -25,16 +25,16 @@ paths below are under maskrcnn_benchmark/):
   the data as IterationBasedBatchSampler serves them (inputs.maskrcnn.stream_position); 1000 proposals per image
   (num_image_candidates), score 0.05, per-class NMS 0.5, 100 detections, masks pasted at the original image size
   and thresholded at 0.5,
-  COCO "bbox" and "segm" AP (metrics.coco.CocoInstanceMetric) of every val image, gathered from every worker and
-  scored once; detections are scaled back to the original image (BoxList.resize) and written as
+  COCO "bbox" and "segm" AP (metrics.coco_instances.CocoInstanceMetric) of every val image, gathered from every
+  worker and scored once; detections are scaled back to the original image (BoxList.resize) and written as
   [x, y, x2 - x + 1, y2 - y + 1] (convert("xywh")), as data/datasets/evaluation/coco/coco_eval.py does; here
-  a pool of processes per worker pastes the masks beside the predictions (metrics.paste_pool);
+  a pool of processes per worker pastes the masks beside the predictions (metrics.coco_instances.PastePool);
 - target: box mAP >= 0.377 AND mask mAP >= 0.339; MLLOG eval_accuracy {"BBOX": .., "SEGM": ..}.
 
 Differences from the reference, on purpose:
 - Static shapes: images padded to one shape per orientation, ground truth to max_gt objects, proposals to a fixed
-  count, masks box-local at 64x64 (inputs.maskrcnn and layers.maskrcnn say how each one is still the reference's
-  computation, and where the mask targets differ).
+  count, masks box-local at 64x64 (inputs.maskrcnn, layers.maskrcnn and layers.maskrcnn_targets say how each one is
+  still the reference's computation, and where the mask targets differ).
 - A pass over the data (inputs.maskrcnn): each orientation group's last batch is filled with its own images
   again, where the reference's GroupedBatchSampler ends it with a smaller batch.
 - The data: train2017 and val2017 (instances_*2017.json). The reference's config reads the same images from the
@@ -50,13 +50,13 @@ Differences from the reference, on purpose:
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 import numpy as np
 
 from mlperf_keras.compliance import closed_rules
 from mlperf_keras.config import ConfigError
+from mlperf_keras.inputs.maskrcnn_shapes import LANDSCAPE, PORTRAIT, padded_shape
 from mlperf_keras.interfaces import Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData
 from mlperf_keras.layers import backbone_weights
 from mlperf_keras.workloads.base import Workload, per_worker_eval_batch
@@ -67,8 +67,6 @@ COCO2017 = {"train_images": 117_266, "val_images": 5_000, "num_classes": 81}
 BASE_LEARNING_RATE = 0.02           # per 16 images (SOLVER.BASE_LR at SOLVER.IMS_PER_BATCH 16)
 REFERENCE_BATCH = 16
 MASK_RESOLUTION = 64                # inputs.maskrcnn.MASK_RESOLUTION (no TensorFlow import here)
-# (min_size, max_size) -> padded (height, width) per orientation: inputs.maskrcnn.padded_shape, without TF.
-SIZE_DIVISIBILITY = 32
 
 
 def iterations_per_epoch(images: int, global_batch: int) -> int:
@@ -87,12 +85,6 @@ def max_epochs(hp: dict, global_batch: int) -> int:
     """Epochs (evaluations) within max_iterations: the reference's data loader stops at MAX_ITER, so a run here never
     evaluates a model the reference could not have reached (at batch 16: 90,000 // 7,330 = 12)."""
     return max(1, max_iterations(hp, global_batch) // iterations_per_epoch(hp["train_images"], global_batch))
-
-
-def padded_shape(landscape: bool, min_size: int, max_size: int) -> tuple[int, int]:
-    short = math.ceil(min_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
-    long = math.ceil(max_size / SIZE_DIVISIBILITY) * SIZE_DIVISIBILITY
-    return (short, long) if landscape else (long, short)
 
 
 def base_learning_rate(hp: dict, global_batch: int) -> float:
@@ -152,8 +144,8 @@ class MaskRCNN(Workload):
             "roi_batch": spec.roi_batch, "max_gt": spec.max_gt, "detections_per_image": spec.detections_per_image,
             "batch_size": REFERENCE_BATCH,      # global, when neither --batch_size nor a preset gives one
             "eval_batch_size": 0,               # per worker; 0: the per-worker training batch
-            # processes per worker that paste and encode the eval masks (metrics.paste_pool); 0: the host's cores
-            # shared among its workers, at most 8; 1: in the worker itself
+            # processes per worker that paste and encode the eval masks (metrics.coco_instances.PastePool); 0: the
+            # host's cores shared among its workers, at most 8; 1: in the worker itself
             "paste_processes": 0,
             "learning_rate": BASE_LEARNING_RATE,   # per 16 images
             "momentum": 0.9,
@@ -197,8 +189,8 @@ class MaskRCNN(Workload):
                 f"maskrcnn_resnet50_fpn counts 44,347,573 at 81 classes) + {frozen_affine} frozen batch-norm "
                 f"affines (buffers in the reference); trainable: {trainable} (the stem and res2 are frozen)",
                 f"proposals per image: {spec.proposals_per_image} (num_image_candidates); images padded to "
-                f"{padded_shape(True, config.hparams['min_size'], config.hparams['max_size'])} landscape, "
-                f"{padded_shape(False, config.hparams['min_size'], config.hparams['max_size'])} portrait"]
+                f"{padded_shape(LANDSCAPE, config.hparams['min_size'], config.hparams['max_size'])} landscape, "
+                f"{padded_shape(PORTRAIT, config.hparams['min_size'], config.hparams['max_size'])} portrait"]
 
     # ---- model, optimizer, loss ----
 
@@ -271,9 +263,9 @@ class MaskRCNN(Workload):
                                       lr_multiplier=lambda v: hp["bias_lr_factor"] if is_bias(v) else 1.0)
 
     def loss(self, y_true, y_pred):
-        from mlperf_keras.layers import maskrcnn
+        from mlperf_keras.layers import maskrcnn_targets
 
-        return maskrcnn.total_loss(y_true, y_pred)
+        return maskrcnn_targets.total_loss(y_true, y_pred)
 
     # ---- data ----
 
@@ -347,12 +339,12 @@ def image_detections(outputs: dict, index: int, image_id: int, image_size, heigh
 
 def instance_results(outputs: dict, index: int, image_id: int, image_size, height: int, width: int,
                      label_to_category: np.ndarray) -> tuple[np.ndarray, list]:
-    """image_detections' rows and their K RLE masks pasted at the original image size (metrics.coco
-    .encode_pasted_mask), in this process."""
-    from mlperf_keras.metrics import paste_pool
+    """image_detections' rows and their K RLE masks pasted at the original image size
+    (metrics.coco_instances.encode_pasted_mask), in this process."""
+    from mlperf_keras.metrics import coco_instances
 
     rows, masks, boxes = image_detections(outputs, index, image_id, image_size, height, width, label_to_category)
-    return rows, paste_pool.encode_image_masks(masks, boxes, int(height), int(width))
+    return rows, coco_instances.encode_image_masks(masks, boxes, int(height), int(width))
 
 
 class _CocoTrainData(TrainData):
@@ -398,7 +390,7 @@ def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
     """One landscape batch of the real shapes (NumPy only): random pixels, seven objects per image (COCO's mean is
     about 7.3) with random classes, box-local masks of random ellipses."""
     rng = np.random.default_rng(seed)
-    height, width = padded_shape(True, hp["min_size"], hp["max_size"])
+    height, width = padded_shape(LANDSCAPE, hp["min_size"], hp["max_size"])
     g, r = hp["max_gt"], MASK_RESOLUTION
     objects = min(7, g)
     x1 = rng.uniform(0, width * 0.7, (batch, objects))
@@ -419,7 +411,7 @@ def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
 
 class _CocoEvaluator(Evaluator):
     """COCO box and mask mAP over every val image: each worker predicts its shards, the detections and masks are
-    gathered and scored once (metrics.coco.CocoInstanceMetric)."""
+    gathered and scored once (metrics.coco_instances.CocoInstanceMetric)."""
 
     def __init__(self, config, dist, paths, annotation_file, categories, total, batch):
         from mlperf_keras.metrics import coco
@@ -432,12 +424,13 @@ class _CocoEvaluator(Evaluator):
 
     def evaluate(self, predict):
         from mlperf_keras.inputs import maskrcnn, records
-        from mlperf_keras.metrics import coco, paste_pool
+        from mlperf_keras.metrics import coco_instances
 
         hp = self.config.hparams
         if self.metric is None:  # the chief loads the annotations once, at the first evaluation
-            self.metric = coco.CocoInstanceMetric(self.annotation_file, self.dist, expected_images=self.num_samples)
-            self.paste = paste_pool.PastePool(hp["paste_processes"])
+            self.metric = coco_instances.CocoInstanceMetric(self.annotation_file, self.dist,
+                                                            expected_images=self.num_samples)
+            self.paste = coco_instances.PastePool(hp["paste_processes"])
         self.metric.reset()
         pending = []  # (image id, rows, future RLEs): the masks are pasted while the next batches are predicted
         dataset = maskrcnn.eval_dataset(self.paths, batch_size=self.batch, min_size=hp["min_size"],

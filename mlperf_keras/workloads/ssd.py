@@ -6,7 +6,7 @@ As the MLPerf reference (mlcommons/training single_stage_detector/ssd, the PyTor
   8,732 default boxes); the backbone starts from an ImageNet-trained ResNet-34 when --backbone_weights is given (the
   reference downloads torchvision's), else from random weights;
 - loss: smooth L1 on positive boxes + cross-entropy with 3:1 hard negative mining, per image over its positives;
-- input: inputs.boxes (SSD random crop with max_samples attempts per mode, flip, colour jitter, 300x300, targets
+- input: inputs.ssd (SSD random crop with max_samples attempts per mode, flip, colour jitter, 300x300, targets
   encoded against the default boxes); images without annotations are left out of training and evaluation, as the
   reference's COCODetection does (117,266 train / 4,952 val images);
 - optimisation: SGD momentum 0.9 with L2 weight decay 5e-4 on every parameter (torch.optim.SGD's weight_decay), LR
@@ -23,7 +23,7 @@ f9e0e82d (v0.7)), on purpose:
   unless asked for (v0.5 has none); here it is on by default (warmup_epochs=1.0). warmup_epochs=0 is refused.
 - The v0.5/v0.6 evaluations run after the epoch that holds each iteration, not at the iteration.
 - v0.5's LR is scaled by batch / 32; its reference ran one GPU at batch 32 with a fixed 1e-3.
-- Data order (inputs.boxes.ssd_train_dataset): record files split between workers, each worker's images once per
+- Data order (inputs.ssd.ssd_train_dataset): record files split between workers, each worker's images once per
   epoch through a shuffle buffer, the last batch filled by wrapping; the reference shuffles indices (v0.7:
   DistributedSampler, padded by wrapping) and ends an epoch with a smaller batch. A worker whose share does not fit
   in its epoch is refused (DataError) rather than dropping images.
@@ -249,20 +249,22 @@ class SSD(Workload):
 
 class _CocoTrainData(TrainData):
     def __init__(self, config, rank, paths, steps, samples):
-        from mlperf_keras.inputs import boxes
+        from mlperf_keras.inputs import coco_records
+        from mlperf_keras.inputs import ssd as ssd_pipeline
 
         self.config, self.rank, self.paths = config, rank, paths
         self.steps_per_epoch, self.samples_per_epoch = steps, samples
         # This worker's trainable images, counted once (one read of its files): every epoch serves each of them
         # exactly once and fails up front when its share does not fit in an epoch.
-        self.num_images = boxes.count_images(paths, skip_crowd=config.hparams["skip_crowd"])
-        boxes.check_epoch_fits(self.num_images, config.per_worker_batch_size, steps, paths)
+        self.num_images = coco_records.count_images(paths, skip_crowd=config.hparams["skip_crowd"])
+        ssd_pipeline.check_epoch_fits(self.num_images, config.per_worker_batch_size, steps, paths)
 
     def batches(self, epoch):
-        from mlperf_keras.inputs import boxes, records
+        from mlperf_keras.inputs import records
+        from mlperf_keras.inputs import ssd as ssd_pipeline
 
         hp = self.config.hparams
-        return records.backend_batches(boxes.ssd_train_dataset(
+        return records.backend_batches(ssd_pipeline.ssd_train_dataset(
             self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
             max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"],
@@ -280,7 +282,8 @@ class _CocoEvaluator(Evaluator):
         self.metric = None
 
     def evaluate(self, predict):
-        from mlperf_keras.inputs import boxes, records
+        from mlperf_keras.inputs import records
+        from mlperf_keras.inputs import ssd as ssd_pipeline
         from mlperf_keras.metrics import coco
 
         hp = self.config.hparams
@@ -289,7 +292,7 @@ class _CocoEvaluator(Evaluator):
                 self.annotation_file, self.categories, self.dist, expected_images=self.num_samples,
                 score_threshold=hp["score_threshold"], nms_iou=hp["nms_iou"], max_detections=hp["max_detections"])
         self.metric.reset()
-        dataset = boxes.ssd_eval_dataset(self.paths, batch_size=self.batch)
+        dataset = ssd_pipeline.ssd_eval_dataset(self.paths, batch_size=self.batch)
         for images, image_ids, heights, widths in records.backend_batches(dataset):
             loc, logits = predict(images)
             self.metric.add_batch(np.asarray(image_ids), np.asarray(heights), np.asarray(widths), loc, logits)

@@ -1,4 +1,5 @@
-"""The SSD box pipeline of the shared tf.data input layer: COCO detection records -> SSD300 training and eval batches.
+"""The SSD box pipeline of the shared tf.data input layer: COCO detection records (inputs/coco_records.py) -> SSD300
+training and eval batches.
 
 Follows the MLPerf SSD-ResNet34 reference (mlcommons/training single_stage_detector/ssd/utils.py: COCODetection,
 SSDCropping, RandomHorizontalFlip, SSDTransformer, Encoder):
@@ -57,20 +58,8 @@ import tensorflow as tf
 
 from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs import default_boxes, image, records
+from mlperf_keras.inputs.coco_records import drop_crowd, has_objects, parse_detection
 from mlperf_keras.inputs.manifest import DataError
-
-DETECTION_FEATURES = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/id": tf.io.FixedLenFeature([], tf.int64),
-    "image/height": tf.io.FixedLenFeature([], tf.int64),
-    "image/width": tf.io.FixedLenFeature([], tf.int64),
-    "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
-    "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
-    "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
-    "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
-    "image/object/class/label": tf.io.VarLenFeature(tf.int64),
-    "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
-}
 
 # SSDCropping's sample_options: index 0 keeps the whole image; the others bound every box's IoU with the crop to
 # (min, max), strictly. The reference's max is +inf in every mode and "no IoU constraint" is (-inf, +inf).
@@ -81,39 +70,11 @@ MAX_SAMPLES_ALLOWED = (1, 50)   # MLPerf's legal values of max_samples (num_crop
 COLOR_JITTER = dict(brightness=0.125, contrast=0.5, saturation=0.5, hue=0.05)
 
 
-# ---- parsing ----
-
-def parse_detection(serialized) -> dict:
-    """One COCO detection record -> {"jpeg": string, "boxes": float32 [n, 4] ltrb normalised, "labels": int32 [n],
-    "is_crowd": bool [n], "image_id": int64, "height": int32, "width": int32}."""
-    ex = records.parse(serialized, DETECTION_FEATURES)
-    coords = [ex[f"image/object/bbox/{k}"].values for k in ("xmin", "ymin", "xmax", "ymax")]
-    labels = ex["image/object/class/label"].values
-    crowd = ex["image/object/is_crowd"].values
-    n = tf.size(labels)
-    checks = [tf.debugging.assert_equal(tf.size(v), n, message=f"COCO record: {name} and class/label differ in length")
-              for v, name in zip(coords + [crowd], ("bbox/xmin", "bbox/ymin", "bbox/xmax", "bbox/ymax", "is_crowd"))]
-    with tf.control_dependencies(checks):
-        boxes = tf.stack(coords, axis=1)
-    return {"jpeg": ex["image/encoded"], "boxes": tf.reshape(boxes, [-1, 4]), "labels": tf.cast(labels, tf.int32),
-            "is_crowd": tf.not_equal(crowd, 0), "image_id": ex["image/id"],
-            "height": tf.cast(ex["image/height"], tf.int32), "width": tf.cast(ex["image/width"], tf.int32)}
-
-
-def drop_crowd(example: dict) -> dict:
-    keep = tf.logical_not(example["is_crowd"])
-    return {**example, "boxes": tf.boolean_mask(example["boxes"], keep),
-            "labels": tf.boolean_mask(example["labels"], keep), "is_crowd": tf.boolean_mask(example["is_crowd"], keep)}
-
-
-def has_objects(example: dict):
-    return tf.size(example["labels"]) > 0
-
-
 # ---- box geometry ----
 
-def iou(a_ltrb, b_ltrb):
-    """[len(a), len(b)] IoU, the same arithmetic as default_boxes.iou_matrix (0 where the union is empty)."""
+def iou_matrix(a_ltrb, b_ltrb):
+    """default_boxes.iou_matrix in TensorFlow (for the tf.data graph): [len(a), len(b)] IoU of ltrb boxes with
+    continuous corners, the same arithmetic (0 where the union is empty)."""
     a, b = a_ltrb[:, None, :], b_ltrb[None, :, :]
     wh = tf.maximum(tf.minimum(a[..., 2:], b[..., 2:]) - tf.maximum(a[..., :2], b[..., :2]), 0.0)
     inter = wh[..., 0] * wh[..., 1]
@@ -156,7 +117,7 @@ def encode_targets(gt_ltrb, gt_labels, spec: default_boxes.DefaultBoxSpec = defa
     n = tf.shape(gt)[0]
 
     def matched():
-        ious = iou(gt, d_ltrb)                                     # [n, D]
+        ious = iou_matrix(gt, d_ltrb)                              # [n, D]
         best_iou = tf.reduce_max(ious, axis=0)
         best_gt = _first_argmax(ious, axis=0)
         best_dbox = _first_argmax(ious, axis=1)                    # [n]
@@ -200,7 +161,7 @@ def ssd_crop(boxes, seed, max_samples: int = 1, max_rounds: int = 50):
     right, bottom = left + w, top + h
     candidates = tf.stack([left, top, right, bottom], axis=-1)                       # [R, S, 4]
     aspect_ok = tf.logical_and(w / h >= 0.5, w / h <= 2.0)                           # [R, S]
-    ious = tf.reshape(iou(tf.reshape(candidates, [-1, 4]), boxes), [rounds, samples, n])
+    ious = tf.reshape(iou_matrix(tf.reshape(candidates, [-1, 4]), boxes), [rounds, samples, n])
     low = tf.gather(tf.constant(CROP_MIN_IOU, tf.float32), modes)[:, None, None]
     high = tf.gather(tf.constant(CROP_MAX_IOU, tf.float32), modes)[:, None, None]
     iou_ok = tf.reduce_all(tf.logical_and(ious > low, ious < high), axis=2)          # [R, S]
@@ -407,26 +368,7 @@ def ssd_eval_dataset(paths: list[str], *, batch_size: int, skip_empty: bool = Tr
     return image.with_threads(dataset, threads)
 
 
-_COUNT_FEATURES = {"image/object/class/label": tf.io.VarLenFeature(tf.int64),
-                   "image/object/is_crowd": tf.io.VarLenFeature(tf.int64)}
-
-
-def count_images(paths: list[str], *, skip_empty: bool = True, skip_crowd: bool = False) -> int:
-    """How many images of `paths` the SSD datasets use: all, or (skip_empty) those with an object (not counting
-    crowd objects when skip_crowd). Reads the files once (the val2017 count is MLPerf's eval_samples, 4952)."""
-    def objects(serialized):
-        ex = records.parse(serialized, _COUNT_FEATURES)
-        crowd = ex["image/object/is_crowd"].values
-        return tf.reduce_sum(tf.cast(tf.equal(crowd, 0), tf.int64)) if skip_crowd else tf.size(
-            ex["image/object/class/label"].values, out_type=tf.int64)
-
-    dataset = records.record_dataset(paths).map(objects, num_parallel_calls=records.AUTOTUNE)
-    if skip_empty:
-        dataset = dataset.filter(lambda k: k > 0)
-    return int(dataset.reduce(tf.constant(0, tf.int64), lambda total, _: total + 1).numpy())
-
-
-__all__ = ["COLOR_JITTER", "CROP_MAX_IOU", "CROP_MIN_IOU", "DETECTION_FEATURES", "MAX_SAMPLES_ALLOWED",
-           "check_epoch_fits", "check_max_samples", "color_jitter", "count_images", "crop_boxes", "decode_window",
-           "drop_crowd", "encode_targets", "flip_boxes", "has_objects", "iou", "parse_detection", "ssd_crop",
+__all__ = ["COLOR_JITTER", "CROP_MAX_IOU", "CROP_MIN_IOU", "MAX_SAMPLES_ALLOWED",
+           "check_epoch_fits", "check_max_samples", "color_jitter", "crop_boxes", "decode_window",
+           "encode_targets", "flip_boxes", "iou_matrix", "ssd_crop",
            "ssd_eval_dataset", "ssd_train_dataset", "ssd_train_examples", "ssd_train_preprocess"]
