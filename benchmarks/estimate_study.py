@@ -79,7 +79,10 @@ def peak_of(result):
         return result["train_tflops_per_s"] / result["fraction_of_peak"]
     from mlperf_keras import system
 
-    return system.peak_tflops(str(result.get("accelerator")), str(result.get("precision")))
+    try:
+        return system.peak_tflops(str(result.get("accelerator")), str(result.get("precision")))
+    except KeyError:   # a precision the table has no peak for
+        return None
 
 
 def training_rate(model, preset, results):
