@@ -25,6 +25,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mlperf_keras.reporting import estimate  # noqa: E402
+from mlperf_keras.reporting import run_features  # noqa: E402
+from mlperf_keras.reporting import convergence  # noqa: E402
 from mlperf_keras.reporting.logfiles import find_log_files, read_events  # noqa: E402
 from mlperf_keras.reporting.parse import parse_logs  # noqa: E402
 from mlperf_keras.reporting.score import group_key, score_all  # noqa: E402
@@ -51,10 +53,10 @@ def load(results_dirs, cache=None):
             continue
         events, _, _ = read_events(record.path)
         events.sort(key=lambda e: e.time_ms)
-        short = estimate.short_run(events, record.run_start_ms)
+        short = run_features.short_run(events, record.run_start_ms)
         until = record.run_start_ms + 1000 * short.first_eval_s if short else record.run_start_ms
-        features = {"short": short, "hyperparameters": estimate.logged_hyperparameters(events, until),
-                    **estimate.full_run(events, record.run_start_ms, record.run_stop_ms)}
+        features = {"short": short, "hyperparameters": run_features.logged_hyperparameters(events, until),
+                    **run_features.full_run(events, record.run_start_ms, record.run_stop_ms)}
         runs.append((record, features))
     if cache:
         with open(cache, "wb") as handle:
@@ -98,13 +100,13 @@ class Submissions:
                 batch = result.used[0].global_batch_size
                 # The epochs the run reported are an evaluation at or after the convergence point: take the
                 # middle of the last evaluation interval, so that submissions with different cadences agree.
-                self.table.append(estimate.EpochsEntry(key, result.benchmark, result.ruleset, batch, converged))
+                self.table.append(convergence.EpochsEntry(key, result.benchmark, result.ruleset, batch, converged))
                 self.table[-1].points = [e - period / 2 for e in converged]
                 self.table[-1].schedule = self.schedule(result)
 
     @staticmethod
     def schedule(result):
-        return estimate.schedule_epochs(result.benchmark, result.used[0].features["hyperparameters"],
+        return convergence.schedule_epochs(result.benchmark, result.used[0].features["hyperparameters"],
                                         result.used[0].global_batch_size)
 
     def _others(self, result, name, same_org, exclude=()):
@@ -128,7 +130,7 @@ class Submissions:
 
     def naive(self, result):
         key = group_key(result.used[0])
-        epochs = estimate.naive_epochs(self.table, result.benchmark, result.ruleset,
+        epochs = convergence.naive_epochs(self.table, result.benchmark, result.ruleset,
                                        result.used[0].global_batch_size, exclude=key)
         if epochs is None:
             return None
@@ -143,16 +145,16 @@ class Submissions:
         epochs, schedule = None, self.schedule(result)
         if schedule:
             # The same submitter's recipe first (its schedules end at the same point of convergence), else all.
-            others = estimate.candidates(points, result.benchmark, result.ruleset, key)
+            others = convergence.candidates(points, result.benchmark, result.ruleset, key)
             own = [e for e in others if self.stats[e.key]["org"] == _org(result)]
-            epochs = (estimate.schedule_scaled_epochs(own, schedule, "the submitter's other runs")
-                      or estimate.schedule_scaled_epochs(others, schedule, "published runs"))
+            epochs = (convergence.schedule_scaled_epochs(own, schedule, "the submitter's other runs")
+                      or convergence.schedule_scaled_epochs(others, schedule, "published runs"))
         if epochs is None:
             batch = result.used[0].global_batch_size
-            others = estimate.candidates(points, result.benchmark, result.ruleset, key)
+            others = convergence.candidates(points, result.benchmark, result.ruleset, key)
             own = [e for e in others if self.stats[e.key]["org"] == _org(result)
-                   and batch / estimate.NAIVE_BATCH_FACTOR <= e.batch <= batch * estimate.NAIVE_BATCH_FACTOR]
-            epochs = estimate.interpolated_epochs(own or others, batch,
+                   and batch / convergence.NAIVE_BATCH_FACTOR <= e.batch <= batch * convergence.NAIVE_BATCH_FACTOR]
+            epochs = convergence.interpolated_epochs(own or others, batch,
                                                   "the submitter's other runs" if own else "published runs")
         if epochs is None:
             return None
@@ -167,18 +169,18 @@ class Submissions:
             steady_model = estimate.SteadyModel.fit(list(self.same_org(result, "pair").values()))
         if len(shorts) < 3:
             return None
-        convergence = [epochs.median] * len(shorts)
+        stop_points = [epochs.median] * len(shorts)
         if oracle == "epochs":
             # Just below the last evaluation, so that quantize() stops there.
-            convergence = [r.features["epochs"] - 1e-6 if r.features["epochs"] else c
-                           for r, c in zip(runs, convergence)]
+            stop_points = [r.features["epochs"] - 1e-6 if r.features["epochs"] else c
+                           for r, c in zip(runs, stop_points)]
         times = [estimate.predict_run(short, point, warmup, period, steady_model).seconds / 60
-                 for short, point in zip(shorts, convergence)]
+                 for short, point in zip(shorts, stop_points)]
         return estimate.olympic(times)
 
 
 def dataclass_copy(entry, epochs):
-    copy = estimate.EpochsEntry(entry.key, entry.benchmark, entry.ruleset, entry.batch, epochs, entry.source)
+    copy = convergence.EpochsEntry(entry.key, entry.benchmark, entry.ruleset, entry.batch, epochs, entry.source)
     copy.schedule = getattr(entry, "schedule", None)
     return copy
 
@@ -202,7 +204,7 @@ def evaluate(submissions):
 
 def _summary(errors):
     magnitudes = [abs(e) for e in errors]
-    return (f"{100 * statistics.median(magnitudes):5.1f}% {100 * estimate.quantile(magnitudes, 0.9):6.1f}%"
+    return (f"{100 * statistics.median(magnitudes):5.1f}% {100 * convergence.quantile(magnitudes, 0.9):6.1f}%"
             if magnitudes else "     -        -")
 
 

@@ -18,6 +18,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mlperf_keras.reporting import estimate  # noqa: E402
+from mlperf_keras.reporting import convergence  # noqa: E402
 from mlperf_keras.reporting.logfiles import MLLOG_TOKEN, find_log_files  # noqa: E402
 from mlperf_keras.reporting.parse import parse_logs  # noqa: E402
 
@@ -54,7 +55,7 @@ def main(argv=None):
             cut_after_evaluations(record.path, args.short_epochs, short_path)
             short, _ = estimate.read_short_run(short_path, record.benchmark)
             others = [r for r in records if r is not record]
-            table = [estimate.EpochsEntry(("others",), record.benchmark, record.ruleset, record.global_batch_size,
+            table = [convergence.EpochsEntry(("others",), record.benchmark, record.ruleset, record.global_batch_size,
                                           [r.epochs_to_converge for r in others], "the other seeds")]
             result = estimate.estimate(record.benchmark, record.ruleset, record.global_batch_size, None, None,
                                        own=table, short=short, short_source="the short run")

@@ -30,6 +30,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mlperf_keras.reporting import estimate as maths  # noqa: E402
+from mlperf_keras.reporting import convergence  # noqa: E402
+from mlperf_keras.compliance import rules  # noqa: E402
 
 WORKLOADS = ("resnet", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flags")
@@ -141,8 +143,8 @@ ROUNDS = ("0.5", "0.6", "0.7")
 
 def round_for(model, ruleset):
     """ruleset, or the latest earlier round with a target for model (NCF ran only in v0.5)."""
-    earlier = [r for r in ROUNDS if float(r) <= float(ruleset) and maths.rules.mlperf_target(model, r) is not None]
-    return ruleset if maths.rules.mlperf_target(model, ruleset) is not None or not earlier else earlier[-1]
+    earlier = [r for r in ROUNDS if float(r) <= float(ruleset) and rules.mlperf_target(model, r) is not None]
+    return ruleset if rules.mlperf_target(model, ruleset) is not None or not earlier else earlier[-1]
 
 
 def estimate_row(model, model_round, preset, gpus, benchmark, rate_source, table, scaling_efficiency, epoch_samples):
@@ -168,7 +170,7 @@ def study(results, folders, ruleset, scaling_efficiency=None, epoch_samples=None
 
     def table_of(model, round_):
         if (model, round_) not in tables:
-            tables[model, round_] = maths.table_from_logs(folders, model, round_) if folders else []
+            tables[model, round_] = convergence.table_from_logs(folders, model, round_) if folders else []
         return tables[model, round_]
 
     for model in WORKLOADS:
@@ -201,7 +203,7 @@ def _minutes(value):
 
 
 def markdown(found):
-    lines = [f"| workload (round) | GPUs | card | time-to-train, min (10-90%) | V100/T4 | training rate | epochs |",
+    lines = ["| workload (round) | GPUs | card | time-to-train, min (10-90%) | V100/T4 | training rate | epochs |",
              "|---|---|---|---|---|---|---|"]
     for row in found["rows"]:
         minutes = row["minutes"]

@@ -13,7 +13,6 @@ How well this predicts published results: benchmarks/estimate_published.py and b
 """
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from absl import app, flags
 from mlperf_keras import train as train_cli  # noqa: F401 - defines the shared training flags (--flagfile presets)
 from mlperf_keras.config import ConfigError
 from mlperf_keras.reporting import estimate as maths
+from mlperf_keras.reporting import convergence
 
 flags.DEFINE_integer("gpus", None, "Accelerators to estimate for. Default: the benchmark's.")
 flags.DEFINE_string("from_benchmark", None, "JSON (or JSON lines) written by python -m mlperf_keras.benchmark "
@@ -52,7 +52,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         estimate = build(FLAGS)
-    except (ConfigError, maths.EstimateError) as error:
+    except (ConfigError, convergence.EstimateError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(maths.describe(estimate))
@@ -95,8 +95,8 @@ def build(values):
                           "--batch_per_accelerator, or a benchmark result")
     table = []
     if values.runs:
-        table += maths.table_from_logs([values.runs], values.model, ruleset, source="your runs")
-    published = maths.table_from_logs(values.published, values.model, ruleset) if values.published else []
+        table += convergence.table_from_logs([values.runs], values.model, ruleset, source="your runs")
+    published = convergence.table_from_logs(values.published, values.model, ruleset) if values.published else []
     return maths.estimate(values.model, ruleset, batch, gpus, benchmark, own=table, published=published,
                           scaling_efficiency=values.scaling_efficiency, eval_seconds=values.eval_seconds,
                           warmup_seconds=values.warmup_seconds, epoch_samples=values.epoch_samples,

@@ -55,7 +55,8 @@ def main(argv):
         return EXIT_FAILED
     estimates = []
     if FLAGS.estimate:
-        from mlperf_keras.reporting.estimate import EstimateError, read_estimates
+        from mlperf_keras.reporting.convergence import EstimateError
+        from mlperf_keras.reporting.estimate import read_estimates
 
         try:
             estimates = read_estimates(FLAGS.estimate)

@@ -11,6 +11,8 @@ import pytest
 from mlperf_logging.mllog.mllog import MLLogger
 
 from mlperf_keras.reporting import estimate
+from mlperf_keras.reporting import run_features
+from mlperf_keras.reporting import convergence
 from mlperf_keras.reporting.logfiles import read_events
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,13 +55,13 @@ def _nvidia_style(tmp_path):
 def test_short_run_separates_overhead_first_epoch_steady_epochs_and_eval(tmp_path):
     events = _nvidia_style(tmp_path)
     start = events[0].time_ms
-    short = estimate.short_run(events, start)
+    short = run_features.short_run(events, start)
     assert short.first_eval_s == 197 and short.first_eval_epochs == 3
     assert short.overhead_s == 2 and short.train_end_s == 192
     assert short.steady_epoch_s == 60          # epochs 2 and 3; epoch 1 (70 s) holds the warm-up
     assert short.eval_s == 5 and not short.eval_overlaps
     # Only what came before the first eval_accuracy: the second evaluation (epoch 7) is not seen.
-    whole = estimate.full_run(events, start, events[-1].time_ms)
+    whole = run_features.full_run(events, start, events[-1].time_ms)
     assert whole["epochs"] == 7 and whole["schedule"] == [3, 7]
     assert whole["steady_epoch_s"] == pytest.approx(240 / 4)   # eval 1 .. eval 2 (no eval_start): 4 epochs
 
@@ -74,7 +76,7 @@ def test_block_labelled_evaluations_count_the_epochs_of_the_block(tmp_path):
         (20, "block_stop", None, {"first_epoch_num": 0.0}),
         (21, "run_stop", None, {"status": "aborted"}),
     ])
-    assert estimate.short_run(google, google[0].time_ms).first_eval_epochs == 4
+    assert run_features.short_run(google, google[0].time_ms).first_eval_epochs == 4
     asynchronous = _write(tmp_path / "async.txt", [
         (0, "run_start", None, None),
         (1, "block_start", None, {"first_epoch_num": 1, "epoch_count": 1}),
@@ -83,14 +85,14 @@ def test_block_labelled_evaluations_count_the_epochs_of_the_block(tmp_path):
         (360, "eval_accuracy", {"BBOX": 0.2, "SEGM": 0.2}, {"epoch_num": 1}),
         (361, "run_stop", None, {"status": "aborted"}),
     ])
-    short = estimate.short_run(asynchronous, asynchronous[0].time_ms)
+    short = run_features.short_run(asynchronous, asynchronous[0].time_ms)
     assert short.first_eval_epochs == 1 and short.eval_overlaps
     assert short.train_end_s == 300 and short.eval_s == 60     # the latency; training went on meanwhile
 
 
 def test_prediction_adds_steady_epochs_to_the_first_evaluation(tmp_path):
     events = _nvidia_style(tmp_path)
-    short = estimate.short_run(events, events[0].time_ms)
+    short = run_features.short_run(events, events[0].time_ms)
     # Evaluations every 4 epochs after epoch 3; convergence point 6.2 -> the run stops at the evaluation after 7:
     # the first evaluation's training (192 s), 4 steady epochs of 60 s, two evaluations of 5 s.
     prediction = estimate.predict_run(short, 6.2, warmup=None, period=4)
@@ -101,12 +103,12 @@ def test_prediction_adds_steady_epochs_to_the_first_evaluation(tmp_path):
 
 
 def test_without_timed_epochs_the_warm_up_comes_from_elsewhere():
-    short = estimate.ShortRun(first_eval_s=100.0, first_eval_epochs=1.0)
+    short = run_features.ShortRun(first_eval_s=100.0, first_eval_epochs=1.0)
     assert estimate.predict_run(short, 5, warmup=20.0, period=1).seconds == pytest.approx(100 + 4 * 80)
     # A warm-up longer than the first evaluation cannot be right: at most 90% of it.
     assert estimate.predict_run(short, 2, warmup=500.0, period=1).steady_epoch_s == pytest.approx(10)
     # An asynchronous evaluation (10 s latency) adds only the last one's latency, however many ran.
-    overlapped = estimate.ShortRun(first_eval_s=110.0, first_eval_epochs=1.0, train_end_s=100.0, eval_s=10.0,
+    overlapped = run_features.ShortRun(first_eval_s=110.0, first_eval_epochs=1.0, train_end_s=100.0, eval_s=10.0,
                                    eval_overlaps=True)
     assert estimate.predict_run(overlapped, 5, warmup=20.0, period=1).seconds == pytest.approx(100 + 4 * 80 + 10)
 
@@ -126,32 +128,32 @@ def test_resnet_schedule_length_from_logged_hyperparameters():
     37 (epochs, the warm-up inside)."""
     google = {"opt_name": "lars", "lars_opt_learning_rate_decay_steps": 1133,
               "lars_opt_learning_rate_warmup_epochs": 31}
-    assert estimate.schedule_epochs("resnet", google, 65536) == pytest.approx(31 + 1133 * 65536 / 1281167)
+    assert convergence.schedule_epochs("resnet", google, 65536) == pytest.approx(31 + 1133 * 65536 / 1281167)
     nvidia = {"opt_name": "lars", "lars_opt_learning_rate_decay_steps": 37, "lars_opt_learning_rate_warmup_epochs": 2}
-    assert estimate.schedule_epochs("resnet", nvidia, 1664) == 37
-    assert estimate.schedule_epochs("ssd", google, 1024) is None
+    assert convergence.schedule_epochs("resnet", nvidia, 1664) == 37
+    assert convergence.schedule_epochs("ssd", google, 1024) is None
     entries = [_entry("a", 1, [36.0]), _entry("b", 1, [45.0]), _entry("c", 1, [50.0])]
     for entry, schedule in zip(entries, (40.0, 50.0, 50.0)):
         entry.schedule = schedule
     # Ratios 0.9, 0.9, 1.0: median 0.9.
-    assert estimate.schedule_scaled_epochs(entries, 60.0, "test").median == pytest.approx(54)
+    assert convergence.schedule_scaled_epochs(entries, 60.0, "test").median == pytest.approx(54)
 
 
 def _entry(name, batch, epochs, benchmark="gnmt", ruleset="0.7"):
-    return estimate.EpochsEntry((benchmark, name, ruleset), benchmark, ruleset, batch, epochs)
+    return convergence.EpochsEntry((benchmark, name, ruleset), benchmark, ruleset, batch, epochs)
 
 
 def test_leave_one_out_never_uses_the_submission_itself():
     table = [_entry("a", 2048, [4, 4, 5]), _entry("b", 2048, [6, 6, 6]), _entry("c", 2900, [8, 8, 8]),
              _entry("far", 8192, [20, 20]), _entry("other_round", 2048, [99], ruleset="0.6")]
     # Within 1.5x of 2048 and not 'a': b (6) and c (8).
-    assert estimate.naive_epochs(table, "gnmt", "0.7", 2048, exclude=("gnmt", "a", "0.7")) == 7
-    assert estimate.naive_epochs(table, "gnmt", "0.7", 2048) == 6            # a, b, c: medians 4, 6, 8
-    assert estimate.naive_epochs(table, "gnmt", "0.7", 2048,
+    assert convergence.naive_epochs(table, "gnmt", "0.7", 2048, exclude=("gnmt", "a", "0.7")) == 7
+    assert convergence.naive_epochs(table, "gnmt", "0.7", 2048) == 6            # a, b, c: medians 4, 6, 8
+    assert convergence.naive_epochs(table, "gnmt", "0.7", 2048,
                                  exclude=("gnmt", "b", "0.7")) == 6          # a (4) and c (8)
-    assert estimate.naive_epochs(table, "ssd", "0.7", 2048) is None
+    assert convergence.naive_epochs(table, "ssd", "0.7", 2048) is None
     # Interpolated between the nearest batches below and above: 2048 (a, b: median of 4 and 6 = 5) and 8192 (20).
-    at = estimate.epochs_estimate(table, "gnmt", "0.7", 5120, exclude=("gnmt", "c", "0.7"))
+    at = convergence.epochs_estimate(table, "gnmt", "0.7", 5120, exclude=("gnmt", "c", "0.7"))
     assert at.median == pytest.approx(5 + (5120 - 2048) / (8192 - 2048) * (20 - 5))
 
 
@@ -159,9 +161,9 @@ def test_rcp_interpolation_matches_the_rcp_files_numbers():
     """mlperf-logging 6.1.0 (installed), rcp_checker/training_1.0.0/rcps_ssd.json: "ssd_ref_1024_s128" has ten runs
     of 50 epochs (olympic mean 50); "ssd_ref_2048_s16" has 60 runs, 58 of 65 and 2 of 70 epochs, so dropping one run
     at each end leaves 57 x 65 and 1 x 70: mean 3775 / 58. At 1536, halfway: (50 + 3775 / 58) / 2."""
-    assert estimate.rcp_epochs("ssd", 1024).median == pytest.approx(50)
-    assert estimate.rcp_epochs("ssd", 1536).median == pytest.approx((50 + 3775 / 58) / 2)
-    assert estimate.rcp_epochs("gnmt", 1024) is None
+    assert convergence.rcp_epochs("ssd", 1024).median == pytest.approx(50)
+    assert convergence.rcp_epochs("ssd", 1536).median == pytest.approx((50 + 3775 / 58) / 2)
+    assert convergence.rcp_epochs("gnmt", 1024) is None
 
 
 def test_error_band_holds_the_stated_share():
@@ -249,7 +251,7 @@ def test_report_lists_estimates_beside_measured_results(tmp_path):
     assert "**estimate**" in rows[0] and "measured" in rows[1]
     assert len(rows) == 2
     (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(estimate.EstimateError, match="not written by python -m mlperf_keras.estimate"):
+    with pytest.raises(convergence.EstimateError, match="not written by python -m mlperf_keras.estimate"):
         estimate.read_estimates([str(tmp_path / "bad.json")])
 
 
