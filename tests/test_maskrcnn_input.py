@@ -95,10 +95,10 @@ def _examples(paths):
     return [ex for ex in dataset if bool(pipeline.trainable(ex))], tf
 
 
-def test_flip_mirrors_image_boxes_and_masks_and_masks_match_pycocotools(prepared):
-    """One image through train_example with and without the flip: the image and the box-local masks mirror, the
-    boxes follow the reference's transpose (x1' = W - x2 - 1); the unflipped masks agree with pycocotools' full-image
-    mask of the same annotation sampled at the raster's cell centres."""
+def test_flip_mirrors_image_boxes_and_polygons_and_targets_match_the_references(prepared):
+    """One image through train_example with and without the flip: the image mirrors, boxes and polygon vertices
+    follow the reference's transposes (x1' = W - x2 - 1, x' = W - x - 1); the mask targets on each object's own box
+    (mask_targets) agree with the reference's (reference_targets, from the annotation file) on 95% of cells."""
     raw, out = prepared
     manifest = read_manifest(out, "maskrcnn")
     examples, tf = _examples(records.worker_files(out, manifest, "train", 0, 1))

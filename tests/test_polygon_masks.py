@@ -65,7 +65,7 @@ def test_random_polygons_on_jittered_proposals_agree_with_pycocotools():
     for _ in range(400):
         parts = [_random_part(rng, rng.uniform(20, 300), rng.uniform(20, 300), rng.uniform(3, 60),
                               int(rng.integers(3, 20)))]
-        if rng.uniform() < 0.3:   # a second, disjoint part (pycocotools' union equals the parity there)
+        if rng.uniform() < 0.3:   # a second part beside the first (where they do not overlap, union = parity)
             xy = np.reshape(parts[0], (-1, 2))
             parts.append(_random_part(rng, xy[:, 0].mean() + rng.uniform(70, 90), xy[:, 1].mean(),
                                       rng.uniform(3, 10), 6))
@@ -87,3 +87,14 @@ def test_padding_rows_and_flat_rois_are_safe():
     want = reference_target([[0, 0, 4, 0, 4, 4, 0, 4]], (0, 0, 0.25, 0.5))
     assert np.isfinite(got).all()
     np.testing.assert_array_equal(got[0], want)
+
+
+def test_overlapping_parts_of_one_object_leave_the_overlap_out():
+    """The documented difference: the parity over all parts drops where two parts of one object overlap; pycocotools'
+    merge (the reference's) keeps it. Squares x, y in [2, 10] and [6, 14] on a unit-scale ROI."""
+    parts = [[2, 2, 10, 2, 10, 10, 2, 10], [6, 6, 14, 6, 14, 14, 6, 14]]
+    got = ops.convert_to_numpy(polygon_masks.rasterise(padded_edges([parts], 8), np.array([[0, 0, 28, 28]],
+                                                                                           np.float32), M))[0]
+    want = reference_target(parts, (0, 0, 28, 28))
+    assert want[6:10, 6:10].all() and not got[6:10, 6:10].any()
+    np.testing.assert_array_equal(np.where(got != want), np.where(np.pad(np.ones((4, 4)), ((6, 18), (6, 18)))))

@@ -42,7 +42,7 @@ def rasterise(edges, rois, size: int):
     centres = ops.arange(size, dtype="float32") + 0.5
     py = centres[None, :, None]                                           # (1, size rows, 1)
     ya, yb, xa, xb = ya[:, None, :], yb[:, None, :], xa[:, None, :], xb[:, None, :]
-    spans = (ya > py) != (yb > py)                                        # (N, rows, E): the edge crosses the row
+    spans = ops.not_equal(ya > py, yb > py)                               # (N, rows, E): the edge crosses the row
     dy = ops.where(spans, yb - ya, 1.0)                                   # no 0 / 0 for edges that cannot cross
     crossing = xa + (py - ya) * (xb - xa) / dy                            # x where the edge meets the row
     crossing = ops.where(spans, crossing, -1.0)                           # left of every centre: never counted
