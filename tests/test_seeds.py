@@ -12,10 +12,10 @@ def test_derived_seeds_do_not_overlap_across_nearby_runs():
 
 
 def test_transformer_runs_of_consecutive_seeds_share_no_weights():
-    from mlperf_keras.workloads.transformer import _model_class
+    from mlperf_keras.layers.transformer import TransformerModel
 
     def kernels(seed):
-        model = _model_class()(64, 16, 2, 2, 32, 0.1, seed=seed, name="transformer")
+        model = TransformerModel(64, 16, 2, 2, 32, 0.1, seed=seed, name="transformer")
         model.build()
         return [np.asarray(w) for w in model.weights if w.ndim == 2]
 

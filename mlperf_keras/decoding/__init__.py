@@ -5,7 +5,7 @@ A decodable model provides
   memory_kv(memory) -> per decoder layer (keys, values) of the encoder output, computed once per sentence
   empty_cache(rows, max_length) -> the decoder's fixed-size self-attention cache
   decode_step(ids [rows], position, cache, memory_kv, memory_mask) -> (logits [rows, V], cache)
-(workloads/transformer.py), or (a recurrent decoder, layers/gnmt.py)
+(layers/transformer.py), or (a recurrent decoder, layers/gnmt.py)
   beam_decoder(source, beam_size) -> (step, state) with step(ids, position, state) -> (logits, attention weights
   [rows, S], state): the encoder runs once inside it; the attention weights feed the coverage penalty.
 `Translator` compiles one decode function for the active backend: tf.function (+ XLA)

@@ -1,9 +1,10 @@
 """The padded image shapes of Mask R-CNN's batches, without TensorFlow (the workload sizes its synthetic batches and
 prints its dry run from them on a JAX-only machine; inputs/maskrcnn.py pads to them).
 
-As the reference (mlcommons/training 0badcd1786fcb007725ed05f1c44e9d80bbeac52, object_detection/pytorch/
-maskrcnn_benchmark/config/defaults.py): INPUT.MIN_SIZE_TRAIN 800, MAX_SIZE_TRAIN 1333, DATALOADER.SIZE_DIVISIBILITY
-32; the orientation groups are GroupedBatchSampler's (data/samplers/grouped_batch_sampler.py).
+As the reference (mlcommons/training 0badcd1786fcb007725ed05f1c44e9d80bbeac52, object_detection/pytorch/, config
+configs/e2e_mask_rcnn_R_50_FPN_1x.yaml over maskrcnn_benchmark/config/defaults.py): INPUT.MIN_SIZE_TRAIN 800,
+MAX_SIZE_TRAIN 1333, DATALOADER.SIZE_DIVISIBILITY 32; the orientation groups are GroupedBatchSampler's
+(maskrcnn_benchmark/data/samplers/grouped_batch_sampler.py).
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Transformer (big) on WMT17 En-De, uncased BLEU on newstest2014 (MLPerf translation, non-recurrent).
 
-Model as the MLPerf reference (translation/tensorflow/transformer, the TF official model after tensor2tensor):
-6 encoder + 6 decoder layers, d_model 1024, filter 4096, 16 heads, dropout 0.1 (residual, attention weights and ReLU),
-pre-norm residual blocks with a final layer norm on each stack, one shared embedding scaled by sqrt(d_model) that is
-also the output projection, sinusoidal positions. Loss: cross entropy with label smoothing 0.1 over non-padding
+Model (layers/transformer.py) as the MLPerf reference (translation/tensorflow/transformer, the TF official model
+after tensor2tensor): 6 encoder + 6 decoder layers, d_model 1024, filter 4096, 16 heads, dropout 0.1 (residual,
+attention weights and ReLU), pre-norm residual blocks with a final layer norm on each stack, one shared embedding
+scaled by sqrt(d_model) that is also the output projection, sinusoidal positions. Loss: cross entropy with label smoothing 0.1 over non-padding
 target tokens. Adam (0.9, 0.997, 1e-9) with the reference schedule lr = 2.0 * d_model^-0.5 * min(1, step / 16000)
 * rsqrt(max(step, 16000)). Batches hold up to 4,096 tokens per worker, bucketed by length (inputs/text.py); pairs
 longer than 256 tokens are discarded. Evaluation: beam search (beam 4, alpha 0.6, up to source length + 50 tokens)
@@ -16,7 +16,6 @@ y = targets [B, L]; 0 is padding, 1 is EOS.
 """
 from __future__ import annotations
 
-import functools
 import os
 
 import numpy as np
@@ -29,96 +28,6 @@ from mlperf_keras.workloads.base import TrainData, Workload
 # --synthetic without a prepared dataset.
 WMT17 = {"vocab_size": 33_708, "train_pairs": 4_590_101, "eval_sentences": 3_003}
 PAD_ID, EOS_ID = text.PAD_ID, text.EOS_ID
-
-
-def _model_class():
-    """The keras.Model subclass, defined on first use so that importing this module does not import Keras."""
-    global _TransformerModel
-    if _TransformerModel is not None:
-        return _TransformerModel
-    import keras
-    from keras import ops
-
-    from mlperf_keras.layers import attention as att
-    from mlperf_keras.layers.dropout import Dropout
-    from mlperf_keras.layers.seeds import derive_seed
-
-    class TransformerModel(keras.Model):
-        def __init__(self, vocab_size, d_model, num_layers, num_heads, filter_size, dropout, seed=None,
-                     dropout_rng="keras", **kwargs):
-            super().__init__(**kwargs)
-            self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads
-            self.depth = d_model // num_heads
-            s = functools.partial(derive_seed, seed)
-            self.embedding = att.SharedEmbedding(vocab_size, d_model, pad_id=PAD_ID, seed=s(0), name="embedding")
-            self.encoder_layers = [att.EncoderLayer(d_model, num_heads, filter_size, dropout, seed=s(1 + i),
-                                                    dropout_rng=dropout_rng, name=f"encoder_{i}")
-                                   for i in range(num_layers)]
-            self.decoder_layers = [att.DecoderLayer(d_model, num_heads, filter_size, dropout,
-                                                    seed=s(1 + num_layers + i), dropout_rng=dropout_rng,
-                                                    name=f"decoder_{i}")
-                                   for i in range(num_layers)]
-            self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
-            self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
-            self.encoder_dropout = Dropout(dropout, seed=s(3 * num_layers + 1), generator=dropout_rng)
-            self.decoder_dropout = Dropout(dropout, seed=s(3 * num_layers + 2), generator=dropout_rng)
-
-        def build(self, input_shape=None):
-            shape = (None, None, self.d_model)
-            self.embedding.build()
-            for layer in [*self.encoder_layers, *self.decoder_layers, self.encoder_norm, self.decoder_norm]:
-                layer.build(shape)
-            self.built = True
-
-        def _embed(self, ids, positions, training):
-            x = self.embedding(ids)
-            return x + ops.cast(att.positional_encoding(positions, self.d_model), x.dtype)
-
-        def encode(self, source, training=False):
-            mask = att.padding_mask(source, PAD_ID)
-            length = ops.shape(source)[1]
-            x = self.encoder_dropout(self._embed(source, ops.arange(length), training), training=training)
-            for layer in self.encoder_layers:
-                x = layer(x, mask, training=training)
-            return self.encoder_norm(x), mask
-
-        def decode(self, target_input, memory, memory_mask, training=False):
-            length = ops.shape(target_input)[1]
-            x = self.decoder_dropout(self._embed(target_input, ops.arange(length), training), training=training)
-            self_mask = att.causal_mask(length)
-            for layer in self.decoder_layers:
-                x = layer(x, memory, self_mask, memory_mask, training=training)
-            return self.embedding.logits(self.decoder_norm(x))
-
-        def call(self, inputs, training=False):
-            memory, mask = self.encode(inputs["source"], training=training)
-            return self.decode(inputs["target_input"], memory, mask, training=training)
-
-        # Incremental decoding (mlperf_keras.decoding).
-        def memory_kv(self, memory):
-            return [layer.cross_attention.project_kv(memory) for layer in self.decoder_layers]
-
-        def empty_cache(self, rows, max_length):
-            shape = (rows, max_length, self.num_heads, self.depth)
-            dtype = self.embedding.compute_dtype
-            return {"k": [ops.zeros(shape, dtype) for _ in self.decoder_layers],
-                    "v": [ops.zeros(shape, dtype) for _ in self.decoder_layers]}
-
-        def decode_step(self, ids, position, cache, memory_kv, memory_mask):
-            x = self._embed(ops.expand_dims(ids, 1), ops.reshape(position, (1,)), False)
-            keys, values = [], []
-            for layer, k, v, (mk, mv) in zip(self.decoder_layers, cache["k"], cache["v"], memory_kv):
-                x, k, v = layer.decode_step(x, k, v, mk, mv, memory_mask, position)
-                keys.append(k)
-                values.append(v)
-            logits = self.embedding.logits(self.decoder_norm(x))
-            return logits[:, 0, :], {"k": keys, "v": values}
-
-    _TransformerModel = TransformerModel
-    return TransformerModel
-
-
-_TransformerModel = None
 
 
 def _devices_per_worker() -> int:
@@ -232,10 +141,12 @@ class Transformer(Workload):
         return (per_worker_preset or hparams["batch_tokens"]) * num_workers
 
     def build_model(self, config):
+        from mlperf_keras.layers.transformer import TransformerModel
+
         hp = config.hparams
-        model = _model_class()(hp["vocab_size"], hp["d_model"], hp["num_layers"], hp["num_heads"],
-                               hp["filter_size"], hp["dropout"], seed=config.seed,
-                               dropout_rng=hp.get("dropout_rng", "keras"), name="transformer")
+        model = TransformerModel(hp["vocab_size"], hp["d_model"], hp["num_layers"], hp["num_heads"],
+                                 hp["filter_size"], hp["dropout"], seed=config.seed,
+                                 dropout_rng=hp.get("dropout_rng", "keras"), name="transformer")
         model.build()
         self.label_smoothing = hp["label_smoothing"]
         self.model = model  # the evaluator decodes with the model the loop trains
