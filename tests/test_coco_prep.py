@@ -321,3 +321,16 @@ def test_log_lines_say_1_shard_and_1_worker(tmp_path):
     text = "\n".join(lines)
     assert "in 1 shard," in text and "with 1 worker)" in text and ", 1 worker)" in text, text
     assert "1 shards" not in text and "1 workers" not in text, text
+
+
+def test_polygon_parts_keep_three_vertices_or_more_and_refuse_a_non_crowd_rle():
+    """Mask R-CNN's reference (mlcommons/training 0badcd17, maskrcnn_benchmark/structures/segmentation_mask.py
+    Polygons) reads polygons only: a non-crowd RLE stops data_prep with one line; a crowd gives no polygon; parts
+    under 3 vertices are left out (pycocotools' frPyObjects reads a 4-number list as a box)."""
+    polygon = {"id": 7, "iscrowd": 0, "segmentation": [[0, 0, 4, 0, 4, 4], [1, 1, 2, 2], [5, 5, 6, 5, 6, 6, 5]]}
+    assert coco.polygon_parts(polygon, "x.json", 3) == [[0.0, 0.0, 4.0, 0.0, 4.0, 4.0], [5.0, 5.0, 6.0, 5.0, 6.0, 6.0]]
+    assert coco.polygon_parts({"iscrowd": 1, "segmentation": {"counts": [4], "size": [2, 2]}}, "x.json", 3) == []
+    with pytest.raises(DataError, match=r"^x.json: annotation 8 \(image 3\) is not a crowd but its segmentation is "
+                                         r"not a list of polygons") as error:
+        coco.polygon_parts({"id": 8, "iscrowd": 0, "segmentation": {"counts": "abc", "size": [2, 2]}}, "x.json", 3)
+    assert "\n" not in str(error.value)
