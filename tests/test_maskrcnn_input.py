@@ -61,10 +61,10 @@ def test_object_edges_close_every_part_and_pad_with_rows_that_never_cross():
     xy = [[0, 0], [4, 0], [0, 3], [1, 1], [2, 1], [2, 2], [1, 2], [5, 5], [6, 5], [6, 6], [5, 6]]
     edges = pipeline.object_edges(tf.constant([1, 2, 0]), tf.constant([3, 4, 4]), tf.constant(xy, tf.float32),
                                   10).numpy()
-    assert edges.shape == (3, 10, 4)
-    np.testing.assert_array_equal(edges[0, :3], [[0, 0, 4, 0], [4, 0, 0, 3], [0, 3, 0, 0]])
-    np.testing.assert_array_equal(edges[1, :8], [[1, 1, 2, 1], [2, 1, 2, 2], [2, 2, 1, 2], [1, 2, 1, 1],
-                                                 [5, 5, 6, 5], [6, 5, 6, 6], [6, 6, 5, 6], [5, 6, 5, 5]])
+    assert edges.shape == (3, 10, 5)
+    np.testing.assert_array_equal(edges[0, :3], [[0, 0, 4, 0, 0], [4, 0, 0, 3, 0], [0, 3, 0, 0, 0]])
+    np.testing.assert_array_equal(edges[1, :8], [[1, 1, 2, 1, 0], [2, 1, 2, 2, 0], [2, 2, 1, 2, 0], [1, 2, 1, 1, 0],
+                                                 [5, 5, 6, 5, 1], [6, 5, 6, 6, 1], [6, 6, 5, 6, 1], [5, 6, 5, 5, 1]])
     assert not edges[0, 3:].any() and not edges[1, 8:].any() and not edges[2].any()
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_vertices=7"):
         pipeline.object_edges(tf.constant([1, 2, 0]), tf.constant([3, 4, 4]), tf.constant(xy, tf.float32), 7)
@@ -112,7 +112,7 @@ def test_flip_mirrors_image_boxes_and_polygons_and_targets_match_the_references(
     np.testing.assert_allclose(fb, np.stack([w - b[:, 2] - 1, b[:, 1], w - b[:, 0] - 1, b[:, 3]], 1), atol=1e-4)
     p, fp = plain["gt_polygons"].numpy()[:n], flipped["gt_polygons"].numpy()[:n]
     np.testing.assert_allclose(fp[..., [0, 2]], w - p[..., [0, 2]] - 1, atol=1e-4)
-    np.testing.assert_array_equal(fp[..., [1, 3]], p[..., [1, 3]])
+    np.testing.assert_array_equal(fp[..., [1, 3, 4]], p[..., [1, 3, 4]])
     assert not plain["gt_polygons"].numpy()[n:].any() and not plain["gt_classes"].numpy()[n:].any()
     # the same objects' polygons in the annotation file, transformed as the reference transforms them
     from pycocotools.coco import COCO
@@ -204,7 +204,7 @@ def test_train_epoch_groups_orientations_with_static_shapes_and_every_image_once
         shapes.add(x["images"].shape)
         assert y.shape == (batch,)
         assert x["gt_boxes"].shape == (batch, 6, 4)
-        assert x["gt_polygons"].shape == (batch, 6, pipeline.MAX_VERTICES, 4)
+        assert x["gt_polygons"].shape == (batch, 6, pipeline.MAX_VERTICES, 5)
         h, w = x["images"].shape[1:3]
         assert (x["image_sizes"] <= [h, w]).all() and (x["image_sizes"].min(axis=1) <= MIN).all()
         real = x["gt_classes"] > 0

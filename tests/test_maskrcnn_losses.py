@@ -149,7 +149,7 @@ def test_roi_box_targets_use_the_references_coder_weights_10_10_5_5():
 def test_mask_targets_and_loss_by_hand():
     """Polygons cropped to ROIs and scaled to 28x28 (project_masks_on_boxes: subtract (x1, y1), scale by
     28 / max(x2 - x1, 1)), each cell inside when its centre is."""
-    polygons = np.zeros((1, 2, 8, 4), np.float32)
+    polygons = np.zeros((1, 2, 8, 5), np.float32)
     polygons[0, 0, :4] = polygon_masks.edge_rows([[10, 10, 29, 10, 29, 29, 10, 29]])   # the square 10..29
     polygons[0, 1, :4] = polygon_masks.edge_rows([[0, 0, 20, 0, 20, 40, 0, 40]])       # the left half of 0..40
     rois = np.array([[[10, 10, 29, 29], [0, 0, 40, 40], [0, 0, 39, 39]]], np.float32)
@@ -190,7 +190,7 @@ def test_rpn_targets_encode_the_matched_box():
 def tiny_batch():
     """Two 64x96 images with three boxes and their masks (image 1 resized to 48x64 before padding)."""
     b, h, w, g = 2, 64, 96, maskrcnn.TINY_SPEC.max_gt
-    polygons = np.zeros((b, g, 8, 4), np.float32)   # each object the rectangle of its box
+    polygons = np.zeros((b, g, 8, 5), np.float32)   # each object the rectangle of its box
     boxes = np.zeros((b, g, 4), np.float32)
     classes = np.zeros((b, g), np.int32)
     for i, j, box, cls in ((0, 0, (10, 12, 40, 50), 1), (0, 1, (50, 5, 90, 30), 2), (1, 0, (0, 0, 63, 47), 2)):

@@ -23,7 +23,7 @@ def reference_target(polygons, roi):
 
 
 def padded_edges(objects, width):
-    out = np.zeros((len(objects), width, 4), np.float32)
+    out = np.zeros((len(objects), width, 5), np.float32)
     for n, polygons in enumerate(objects):
         rows = polygon_masks.edge_rows(polygons)
         out[n, :len(rows)] = rows
@@ -65,7 +65,7 @@ def test_random_polygons_on_jittered_proposals_agree_with_pycocotools():
     for _ in range(400):
         parts = [_random_part(rng, rng.uniform(20, 300), rng.uniform(20, 300), rng.uniform(3, 60),
                               int(rng.integers(3, 20)))]
-        if rng.uniform() < 0.3:   # a second part beside the first (where they do not overlap, union = parity)
+        if rng.uniform() < 0.3:   # a second part beside the first
             xy = np.reshape(parts[0], (-1, 2))
             parts.append(_random_part(rng, xy[:, 0].mean() + rng.uniform(70, 90), xy[:, 1].mean(),
                                       rng.uniform(3, 10), 6))
@@ -80,6 +80,27 @@ def test_random_polygons_on_jittered_proposals_agree_with_pycocotools():
     assert differ.mean() < 0.006 and differ.max() < 0.045, (differ.mean(), differ.max())
 
 
+def test_random_overlapping_parts_agree_with_pycocotools_union():
+    """300 objects of 2-3 random star-shaped parts around one centre (overlapping), on jittered proposals: the union
+    of the parts, as pycocotools' merge. Measured: 0.57% of cells differ on average, at most 1.4%; pinned at 0.7%
+    and 3%."""
+    rng = np.random.default_rng(0)
+    objects, rois, want = [], [], []
+    for _ in range(300):
+        centre = rng.uniform(50, 250, 2)
+        parts = [_random_part(rng, *(centre + rng.uniform(-15, 15, 2)), rng.uniform(10, 40), int(rng.integers(3, 15)))
+                 for _ in range(int(rng.integers(2, 4)))]
+        xy = np.concatenate([np.reshape(p, (-1, 2)) for p in parts])
+        box = np.array([xy[:, 0].min(), xy[:, 1].min(), xy[:, 0].max(), xy[:, 1].max()])
+        roi = box + rng.uniform(-0.2, 0.2, 4) * (box[2:] - box[:2]).max()
+        objects.append(parts)
+        rois.append(roi)
+        want.append(reference_target(parts, roi))
+    got = ops.convert_to_numpy(polygon_masks.rasterise(padded_edges(objects, 48), np.array(rois, np.float32), M))
+    differ = np.mean(got != np.array(want), axis=(1, 2))
+    assert differ.mean() < 0.007 and differ.max() < 0.03, (differ.mean(), differ.max())
+
+
 def test_padding_rows_and_flat_rois_are_safe():
     """Zero padding rows never count, and a ROI narrower than a pixel is scaled as the reference's max(w, 1)."""
     edges = padded_edges([[[0, 0, 4, 0, 4, 4, 0, 4]]], 64)
@@ -89,12 +110,14 @@ def test_padding_rows_and_flat_rois_are_safe():
     np.testing.assert_array_equal(got[0], want)
 
 
-def test_overlapping_parts_of_one_object_leave_the_overlap_out():
-    """The documented difference: the parity over all parts drops where two parts of one object overlap; pycocotools'
-    merge (the reference's) keeps it. Squares x, y in [2, 10] and [6, 14] on a unit-scale ROI."""
-    parts = [[2, 2, 10, 2, 10, 10, 2, 10], [6, 6, 14, 6, 14, 14, 6, 14]]
-    got = ops.convert_to_numpy(polygon_masks.rasterise(padded_edges([parts], 8), np.array([[0, 0, 28, 28]],
-                                                                                           np.float32), M))[0]
-    want = reference_target(parts, (0, 0, 28, 28))
-    assert want[6:10, 6:10].all() and not got[6:10, 6:10].any()
-    np.testing.assert_array_equal(np.where(got != want), np.where(np.pad(np.ones((4, 4)), ((6, 18), (6, 18)))))
+def test_overlapping_parts_of_one_object_are_their_union():
+    """pycocotools' merge (the reference's) takes the union of an object's parts: two overlapping squares, x, y in
+    [2, 10] and [6, 14], fill their union, overlap included (a parity over all edges at once would leave it out);
+    a third part inside the first (a hole under even-odd over all edges) changes nothing."""
+    parts = [[2, 2, 10, 2, 10, 10, 2, 10], [6, 6, 14, 6, 14, 14, 6, 14], [3, 3, 5, 3, 5, 5, 3, 5]]
+    got = ops.convert_to_numpy(polygon_masks.rasterise(padded_edges([parts], 13), np.array([[0, 0, 28, 28]],
+                                                                                            np.float32), M))[0]
+    want = np.zeros((M, M), np.float32)
+    want[2:10, 2:10] = want[6:14, 6:14] = 1
+    np.testing.assert_array_equal(reference_target(parts, (0, 0, 28, 28)), want)
+    np.testing.assert_array_equal(got, want)

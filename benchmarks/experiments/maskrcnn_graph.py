@@ -64,8 +64,8 @@ def our_batch(args, num_classes: int):
     cx, cy = (boxes[..., 0] + boxes[..., 2]) / 2, (boxes[..., 1] + boxes[..., 3]) / 2
     rx, ry = (boxes[..., 2] - boxes[..., 0]) / 2, (boxes[..., 3] - boxes[..., 1]) / 2
     px, py = cx[..., None] + rx[..., None] * np.cos(angles), cy[..., None] + ry[..., None] * np.sin(angles)
-    polygons = np.zeros((*classes.shape, MAX_VERTICES, 4), np.float32)
-    polygons[..., :32, :] = np.stack([px[..., :-1], py[..., :-1], px[..., 1:], py[..., 1:]], -1)
+    polygons = np.zeros((*classes.shape, MAX_VERTICES, 5), np.float32)
+    polygons[..., :32, :4] = np.stack([px[..., :-1], py[..., :-1], px[..., 1:], py[..., 1:]], -1)
     pad = lambda a, value=0: np.concatenate(  # noqa: E731
         [a, np.full((a.shape[0], g - a.shape[1], *a.shape[2:]), value, a.dtype)], axis=1)
     return {"images": images,

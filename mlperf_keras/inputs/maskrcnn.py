@@ -33,9 +33,8 @@ Differences, on purpose:
   object with more stops the run naming the hparam). layers.maskrcnn_targets.mask_targets rasterises them on each
   positive proposal's 28x28 grid in the graph (layers/polygon_masks.py: the reference's crop and resize, then an
   even-odd test at the cell centres where the reference calls pycocotools; tests/test_polygon_masks.py measures
-  0.42% of cells differing on random polygons). The parity runs over all of an object's parts, so an overlap of
-  two parts of one object is outside where pycocotools' merge keeps it. 100 objects of 256 edges cost 410 KB per
-  image (full-image masks: 107 MB).
+  0.42% of cells differing on random polygons, 0.57% on objects of overlapping parts). 100 objects of 256 edges cost 512 KB per image (full-image masks:
+  107 MB).
 - A pass (train_dataset): every trainable image of a worker once, in a seeded shuffled order (file order, then a
   shuffle buffer), grouped by orientation as the images come (tf.data group_by_window); a group's last, partial
   batch is filled with its own images again, where the reference's GroupedBatchSampler ends a pass with smaller
@@ -97,23 +96,27 @@ def reference_boxes(normalized, height, width):
 
 def object_edges(parts, vertices, xy, max_vertices: int):
     """Each object's polygon edges, padded: parts (polygons per object, [n]), vertices (vertices per polygon), xy
-    (their x, y pairs, [V, 2]) -> float32 [n, max_vertices, 4] rows (x0, y0, x1, y1), each polygon's last vertex
-    joined to its first, zero rows after an object's edges (layers.polygon_masks reads them)."""
+    (their x, y pairs, [V, 2]) -> float32 [n, max_vertices, 5] rows (x0, y0, x1, y1, part), each polygon's last
+    vertex joined to its first, part its number within the object, zero rows after an object's edges
+    (layers.polygon_masks reads them)."""
     parts, vertices = tf.cast(parts, tf.int64), tf.cast(vertices, tf.int64)
     xy = tf.reshape(tf.cast(xy, tf.float32), [-1, 2])
     polygon = tf.repeat(tf.range(tf.size(vertices, out_type=tf.int64)), vertices)       # [V]: each vertex's polygon
     first = tf.gather(tf.cumsum(vertices, exclusive=True), polygon)
     k = tf.range(tf.size(polygon, out_type=tf.int64))
     following = tf.where(k + 1 == first + tf.gather(vertices, polygon), first, k + 1)
-    edges = tf.concat([xy, tf.gather(xy, following)], axis=1)
-    owner = tf.gather(tf.repeat(tf.range(tf.size(parts, out_type=tf.int64)), parts), polygon)
+    owner_of_polygon = tf.repeat(tf.range(tf.size(parts, out_type=tf.int64)), parts)
+    part = tf.range(tf.size(vertices, out_type=tf.int64)) - tf.gather(tf.cumsum(parts, exclusive=True),
+                                                                     owner_of_polygon)
+    edges = tf.concat([xy, tf.gather(xy, following), tf.cast(tf.gather(part, polygon), tf.float32)[:, None]], axis=1)
+    owner = tf.gather(owner_of_polygon, polygon)
     ragged = tf.RaggedTensor.from_value_rowids(edges, owner, nrows=tf.size(parts, out_type=tf.int64))
     check = tf.debugging.assert_less_equal(
         tf.reduce_max(tf.concat([ragged.row_lengths(), [0]], 0)), tf.cast(max_vertices, tf.int64),
         message=f"an object has more polygon vertices than max_vertices={max_vertices}; raise it with "
                 f"--hparams=max_vertices=N")
     with tf.control_dependencies([check]):
-        return tf.ensure_shape(ragged.to_tensor(0.0, shape=[None, max_vertices, 4]), [None, max_vertices, 4])
+        return tf.ensure_shape(ragged.to_tensor(0.0, shape=[None, max_vertices, 5]), [None, max_vertices, 5])
 
 
 def parse_instances(serialized) -> dict:
@@ -174,7 +177,7 @@ def train_example(example, flip, *, min_size: int = MIN_SIZE, max_size: int = MA
                   max_vertices: int = MAX_VERTICES) -> dict:
     """One parsed training image (parse_instances) -> the model's inputs for it, padded: images uint8 [H, W, 3],
     image_sizes int32 [2] (resized height, width), gt_boxes float32 [max_gt, 4] (pixels of the resized image),
-    gt_classes int32 [max_gt] (0 pads), gt_polygons float32 [max_gt, max_vertices, 4] (each object's polygon edges
+    gt_classes int32 [max_gt] (0 pads), gt_polygons float32 [max_gt, max_vertices, 5] (each object's polygon edges
     in pixels of the resized, flipped image: object_edges), group int32 (orientation)."""
     keep = tf.logical_not(example["is_crowd"])
     height, width = example["height"], example["width"]
@@ -187,14 +190,14 @@ def train_example(example, flip, *, min_size: int = MIN_SIZE, max_size: int = MA
     ratio_w = tf.cast(new_w, tf.float32) / tf.cast(width, tf.float32)
     ratio_h = tf.cast(new_h, tf.float32) / tf.cast(height, tf.float32)
     scaled = pixel_boxes * tf.stack([ratio_w, ratio_h, ratio_w, ratio_h])
-    edges = edges * tf.stack([ratio_w, ratio_h, ratio_w, ratio_h])                 # Polygons.resize
+    edges = edges * tf.stack([ratio_w, ratio_h, ratio_w, ratio_h, 1.0])            # Polygons.resize
     w = tf.cast(new_w, tf.float32)
     pixels = tf.cond(flip, lambda: tf.reverse(pixels, axis=[1]), lambda: pixels)
     scaled = tf.cond(flip, lambda: tf.stack([w - scaled[:, 2] - 1, scaled[:, 1], w - scaled[:, 0] - 1, scaled[:, 3]],
                                             axis=1), lambda: scaled)
     # Polygons.transpose: x' = W - x - 1 (padding rows stay horizontal, so they still never cross)
     edges = tf.cond(flip, lambda: tf.stack([w - edges[..., 0] - 1, edges[..., 1], w - edges[..., 2] - 1,
-                                            edges[..., 3]], axis=-1), lambda: edges)
+                                            edges[..., 3], edges[..., 4]], axis=-1), lambda: edges)
     n = tf.size(labels)
     check = tf.debugging.assert_less_equal(n, max_gt, message=f"an image has more objects than max_gt={max_gt}; "
                                                               f"raise it with --hparams=max_gt=N")
@@ -205,7 +208,7 @@ def train_example(example, flip, *, min_size: int = MIN_SIZE, max_size: int = MA
             "image_sizes": tf.stack([new_h, new_w]),
             "gt_boxes": tf.ensure_shape(tf.pad(scaled, [[0, missing], [0, 0]]), [max_gt, 4]),
             "gt_classes": tf.ensure_shape(tf.pad(labels, [[0, missing]]), [max_gt]),
-            "gt_polygons": tf.ensure_shape(tf.pad(edges, [[0, missing], [0, 0], [0, 0]]), [max_gt, max_vertices, 4]),
+            "gt_polygons": tf.ensure_shape(tf.pad(edges, [[0, missing], [0, 0], [0, 0]]), [max_gt, max_vertices, 5]),
             "group": group}
 
 

@@ -210,7 +210,7 @@ class MaskRCNN(keras.Model):
 
     Inputs: a dict with "images" (B, H, W, 3) RGB uint8, "image_sizes" (B, 2) int32 (height, width of the resized
     image before padding) and, for training, "gt_boxes" (B, G, 4) float32 (x1, y1, x2, y2 pixels, inclusive),
-    "gt_classes" (B, G) int32 (1..K - 1; 0 pads) and "gt_polygons" (B, G, E, 4) float32: each object's polygon
+    "gt_classes" (B, G) int32 (1..K - 1; 0 pads) and "gt_polygons" (B, G, E, 5) float32: each object's polygon
     edges in pixels (inputs/maskrcnn.object_edges), which mask_targets rasterises on the positive ROIs.
     Training output: a dict of predictions with the targets sampled for them (`training_losses` reads it), so the
     loop's loss(y_true, y_pred) needs no labels of its own.

@@ -21,8 +21,7 @@ modeling/roi_heads/{box_head,mask_head}/loss.py, config/defaults.py) with these 
 - mask targets: each positive proposal's matched polygons cropped to the proposal and scaled to 28x28
   (roi_heads/mask_head/loss.py project_masks_on_boxes, structures/segmentation_mask.py Polygons.crop and resize),
   rasterised in the graph by an even-odd test at the cell centres (layers/polygon_masks.py) where the reference
-  calls pycocotools (0.42% of cells differ on random polygons, tests/test_polygon_masks.py; where two parts of one
-  object overlap the parity leaves the overlap out, pycocotools' merge keeps it).
+  calls pycocotools (0.42% of cells differ on random polygons, tests/test_polygon_masks.py).
 """
 from __future__ import annotations
 
@@ -151,13 +150,13 @@ def box_losses(class_logits, box_deltas, labels, valid, targets):
 def mask_targets(gt_polygons, rois, instance, size: int = MASK_SIZE):
     """Each ROI's matched object rasterised on the ROI's size x size grid -> (B, R, size, size) {0, 1} float32.
 
-    gt_polygons (B, G, E, 4): each object's polygon edges in pixels (inputs/maskrcnn.object_edges); rois (B, R, 4);
+    gt_polygons (B, G, E, 5): each object's polygon edges in pixels (inputs/maskrcnn.object_edges); rois (B, R, 4);
     instance (B, R) the matched ground truth. The polygons are cropped to the ROI and scaled to the grid as the
     reference's project_masks_on_boxes does, then tested at the cell centres (layers/polygon_masks.py)."""
     batch, rois_n = ops.shape(rois)[0], rois.shape[1]
     edges = ops.take_along_axis(ops.cast(gt_polygons, "float32"),
-                                ops.cast(instance, "int32")[:, :, None, None], axis=1)    # (B, R, E, 4)
-    flat = polygon_masks.rasterise(ops.reshape(edges, (-1, gt_polygons.shape[2], 4)),
+                                ops.cast(instance, "int32")[:, :, None, None], axis=1)    # (B, R, E, 5)
+    flat = polygon_masks.rasterise(ops.reshape(edges, (-1, gt_polygons.shape[2], 5)),
                                    ops.reshape(ops.cast(rois, "float32"), (-1, 4)), size)
     return ops.reshape(flat, (batch, rois_n, size, size))
 

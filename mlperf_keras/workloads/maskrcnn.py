@@ -470,8 +470,8 @@ def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
     cx, cy = x1 + w / 2, y1 + h / 2
     px = cx[..., None] + w[..., None] / 2 * np.cos(angles)       # (batch, objects, sides + 1), the first repeated
     py = cy[..., None] + h[..., None] / 2 * np.sin(angles)
-    polygons = np.zeros((batch, g, e, 4), np.float32)
-    polygons[:, :objects, :sides] = np.stack([px[..., :-1], py[..., :-1], px[..., 1:], py[..., 1:]], axis=-1)
+    polygons = np.zeros((batch, g, e, 5), np.float32)   # part 0
+    polygons[:, :objects, :sides, :4] = np.stack([px[..., :-1], py[..., :-1], px[..., 1:], py[..., 1:]], axis=-1)
     inputs = {"images": rng.integers(0, 256, (batch, height, width, 3), dtype=np.uint8),
               "image_sizes": np.tile(np.array([[height, width]], np.int32), (batch, 1)),
               "gt_boxes": boxes, "gt_classes": classes, "gt_polygons": polygons}
