@@ -30,11 +30,11 @@ Differences, on purpose:
 - Masks travel as polygons: each object's polygon edges (object_edges, from the vertices data_prep.coco stores),
   scaled and flipped as the reference's Polygons.resize and transpose move the vertices, padded to max_vertices
   edges per object (the workload takes the manifest's max_object_vertices, rounded up to 32; 256 without one; an
-  object with more stops the run naming the hparam). layers.maskrcnn_targets.mask_targets rasterises them on each
-  positive proposal's 28x28 grid in the graph (layers/polygon_masks.py: the reference's crop and resize, then an
-  even-odd test at the cell centres where the reference calls pycocotools; tests/test_polygon_masks.py measures
-  0.42% of cells differing on random polygons, 0.57% on objects of overlapping parts). 100 objects of 256 edges cost 512 KB per image (full-image masks:
-  107 MB).
+  object with more stops the run). layers.maskrcnn_targets.mask_targets rasterises them on each positive
+  proposal's 28x28 grid in the graph (layers/polygon_masks.py: the reference's crop and resize, then an even-odd
+  test per polygon part at the cell centres, the parts' union, where the reference calls pycocotools;
+  tests/test_polygon_masks.py measures 0.42% of cells differing on random polygons, 0.57% on objects of overlapping
+  parts). 100 objects of 256 edges cost 512 KB per image (full-image masks: 107 MB).
 - A pass (train_dataset): every trainable image of a worker once, in a seeded shuffled order (file order, then a
   shuffle buffer), grouped by orientation as the images come (tf.data group_by_window); a group's last, partial
   batch is filled with its own images again, where the reference's GroupedBatchSampler ends a pass with smaller
@@ -113,8 +113,8 @@ def object_edges(parts, vertices, xy, max_vertices: int):
     ragged = tf.RaggedTensor.from_value_rowids(edges, owner, nrows=tf.size(parts, out_type=tf.int64))
     check = tf.debugging.assert_less_equal(
         tf.reduce_max(tf.concat([ragged.row_lengths(), [0]], 0)), tf.cast(max_vertices, tf.int64),
-        message=f"an object has more polygon vertices than max_vertices={max_vertices}; raise it with "
-                f"--hparams=max_vertices=N")
+        message=f"an object has more polygon vertices than max_vertices={max_vertices} (the workload takes the "
+                f"manifest's max_object_vertices: is the manifest the one data_prep.coco wrote with these records?)")
     with tf.control_dependencies([check]):
         return tf.ensure_shape(ragged.to_tensor(0.0, shape=[None, max_vertices, 5]), [None, max_vertices, 5])
 
