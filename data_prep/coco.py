@@ -10,7 +10,12 @@ them; the SSD input pipeline drops records with no objects, as the reference dro
   the JSON, checked against the file), image/object/bbox/{xmin,ymin,xmax,ymax} (the COCO [x, y, w, h] pixel box as
   left/top/right/bottom divided by the image width/height, clipped to [0, 1]), image/object/class/label (contiguous
   1..80), image/object/is_crowd, image/object/area (COCO area), image/object/segmentation (the COCO segmentation,
-  polygons or RLE, as compact JSON).
+  polygons or RLE, as compact JSON); Mask R-CNN's targets in numbers the input graph reads: image/object/polygon/
+  parts (polygons per object: 0 for a crowd object), image/object/polygon/vertices (vertices per polygon, objects
+  in order), image/object/polygon/xy (x, y pixel pairs of the original image, polygons in order). Polygons with
+  fewer than 3 vertices are left out of these (pycocotools' frPyObjects would read a 2-vertex list as a box); a
+  non-crowd object with an RLE segmentation stops the run (the reference's Polygons class cannot read one). The
+  manifest's counts give max_object_vertices (the most vertices of one object, over both splits).
 Labels: the COCO category ids (1..90 with gaps) in sorted order become 1..80, 0 being background; the manifest's
 "categories" lists {"id", "name", "label"} to map back (the evaluator reports COCO ids).
 
@@ -66,7 +71,7 @@ WORKLOADS = ["ssd", "maskrcnn"]  # COCO 2017 serves both
 # One image to convert: where it is, what the JSON says of it.
 Item = collections.namedtuple("Item", "file_name image_id width height")
 # One image's objects, as the record stores them (lists of equal length).
-Objects = collections.namedtuple("Objects", "xmin ymin xmax ymax label is_crowd area segmentation")
+Objects = collections.namedtuple("Objects", "xmin ymin xmax ymax label is_crowd area segmentation polygons")
 
 
 # ---- categories ----
@@ -140,6 +145,25 @@ def _segmentation_json(segmentation) -> bytes:
     return json.dumps(segmentation, separators=(",", ":")).encode()
 
 
+def polygon_parts(entry: dict, path: str, image_id) -> list[list[float]]:
+    """A non-crowd object's polygons as flat [x, y, ...] float lists of at least 3 vertices; [] for a crowd."""
+    if entry.get("iscrowd", 0):
+        return []
+    segmentation = entry.get("segmentation", [])
+    if not isinstance(segmentation, list):
+        raise DataError(f"{path}: annotation {entry.get('id', '?')} (image {image_id}) is not a crowd but its "
+                        f"segmentation is not a list of polygons (Mask R-CNN's reference reads polygons only)")
+    parts = []
+    for polygon in segmentation:
+        if not (isinstance(polygon, list) and all(isinstance(v, (int, float)) and math.isfinite(v)
+                                                  for v in polygon)):
+            raise DataError(f"{path}: annotation {entry.get('id', '?')} (image {image_id}): polygon "
+                            f"{str(polygon)[:60]} is not a list of numbers")
+        if len(polygon) >= 6:
+            parts.append([float(v) for v in polygon[:len(polygon) // 2 * 2]])
+    return parts
+
+
 def collect_objects(document: dict, path: str, items: dict, labels: dict) -> tuple[dict, int]:
     """image id -> Objects (images without annotations absent), and how many degenerate boxes were dropped.
 
@@ -178,7 +202,8 @@ def collect_objects(document: dict, path: str, items: dict, labels: dict) -> tup
         area = entry.get("area", w * h)  # COCO gives the mask area; files without it fall back to the box
         per_image[image_ids[n]].append((*boxes[n].tolist(), labels[entry["category_id"]],
                                         int(bool(entry.get("iscrowd", 0))), float(area),
-                                        _segmentation_json(entry.get("segmentation", []))))
+                                        _segmentation_json(entry.get("segmentation", [])),
+                                        polygon_parts(entry, path, image_ids[n])))
     dropped = int(len(keep) - keep.sum())
     return {image_id: Objects(*map(list, zip(*objs))) for image_id, objs in per_image.items()}, dropped
 
@@ -262,6 +287,11 @@ class _Split(sharded.ShardWriter):
                 "image/object/is_crowd": r.int64_list_feature(objs.is_crowd),
                 "image/object/area": r.float_feature(objs.area),
                 "image/object/segmentation": r.bytes_list_feature(objs.segmentation),
+                "image/object/polygon/parts": r.int64_list_feature([len(parts) for parts in objs.polygons]),
+                "image/object/polygon/vertices": r.int64_list_feature([len(p) // 2 for parts in objs.polygons
+                                                                       for p in parts]),
+                "image/object/polygon/xy": r.float_feature([v for parts in objs.polygons for p in parts
+                                                            for v in p]),
             }))
             self.annotated += bool(objs.label)
             self.num_objects += len(objs.label)
@@ -282,6 +312,10 @@ def _read_split(raw_dir: str, image_folder: str, json_name: str, log):
         f"{sum(len(o.label) for o in objects.values()):,} objects, {dropped} degenerate boxes dropped "
         f"({time.time() - t:.1f} s)")
     return ordered, objects, categories, dropped, json_path, image_dir
+
+
+def max_object_vertices(objects: dict) -> int:
+    return max((sum(len(p) // 2 for p in parts) for objs in objects.values() for parts in objs.polygons), default=0)
 
 
 def prepare(raw_dir: str, output_dir: str, train_shards: int = 256, val_shards: int = 32,
@@ -346,7 +380,8 @@ def prepare(raw_dir: str, output_dir: str, train_shards: int = 256, val_shards: 
                       "train_images_annotated": train.annotated, "val_images_annotated": val.annotated,
                       "train_objects": train.num_objects, "val_objects": val.num_objects,
                       "train_boxes_dropped": splits["train"][3], "val_boxes_dropped": splits["validation"][3],
-                      "reencoded": len(reencoded)}
+                      "reencoded": len(reencoded),
+                      "max_object_vertices": max(max_object_vertices(splits[split][1]) for split in splits)}
             manifest = out.commit(
                 "ssd", "coco-2017", counts, workloads=WORKLOADS, reencoded=reencoded,
                 categories=[{"id": c["id"], "name": c["name"], "label": labels[c["id"]]} for c in categories],

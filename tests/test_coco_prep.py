@@ -34,13 +34,21 @@ def read_records(data_dir, split):
                     "labels": list(f["image/object/class/label"].int64_list.value),
                     "crowd": list(f["image/object/is_crowd"].int64_list.value),
                     "area": floats("image/object/area"),
-                    "segmentation": [json.loads(s) for s in f["image/object/segmentation"].bytes_list.value]})
+                    "segmentation": [json.loads(s) for s in f["image/object/segmentation"].bytes_list.value],
+                    "polygon_parts": list(f["image/object/polygon/parts"].int64_list.value),
+                    "polygon_vertices": list(f["image/object/polygon/vertices"].int64_list.value),
+                    "polygon_xy": floats("image/object/polygon/xy")})
     return out
 
 
 def load_json(raw, split):
     with open(os.path.join(raw, "annotations", f"instances_{split}2017.json")) as f:
         return json.load(f)
+
+
+def polygons(ann):
+    """The polygons Mask R-CNN's targets read: a non-crowd object's parts of 3 or more vertices."""
+    return [] if ann["iscrowd"] else [p for p in ann["segmentation"] if len(p) >= 6]
 
 
 def expected_objects(document, image):
@@ -90,7 +98,10 @@ def test_counts_files_and_manifest(prepared):
         "val_images_annotated": sum(bool(o) for o in objects["val"].values()),
         "train_objects": sum(map(len, objects["train"].values())),
         "val_objects": sum(map(len, objects["val"].values())),
-        "train_boxes_dropped": 1, "val_boxes_dropped": 0, "reencoded": 2}
+        "train_boxes_dropped": 1, "val_boxes_dropped": 0, "reencoded": 2,
+        "max_object_vertices": max(sum(len(p) // 2 for p in polygons(ann)) for split in objects
+                                   for objs in objects[split].values() for _, ann in objs)}
+    assert manifest["record_version"] == 2
     assert manifest["counts"]["train_images_annotated"] == TRAIN - 1  # the image without annotations
     assert manifest["counts"]["train_objects"] == len(train_json["annotations"]) - 1  # the zero-width box
     assert manifest["workload"] == "ssd" and manifest["workloads"] == ["ssd", "maskrcnn"]
@@ -136,6 +147,12 @@ def test_records_hold_the_json_annotations(prepared, split):
             assert r["crowd"][n] == ann["iscrowd"]
             assert r["area"][n] == pytest.approx(ann["area"], rel=1e-6)
             assert r["segmentation"][n] == ann["segmentation"]  # polygons or RLE, JSON round trip
+        # the non-crowd polygons of at least 3 vertices as numbers, objects and parts in order (crowds: none)
+        parts = [polygons(ann) for _, ann in expected]
+        assert r["polygon_parts"] == [len(p) for p in parts]
+        assert r["polygon_vertices"] == [len(flat) // 2 for p in parts for flat in p]
+        np.testing.assert_array_equal(r["polygon_xy"], np.array([v for p in parts for flat in p for v in flat],
+                                                                np.float32))
         assert ((r["boxes"] >= 0) & (r["boxes"] <= 1)).all()
 
 
@@ -192,6 +209,19 @@ def test_command_line_with_workers_gives_identical_files(prepared, tmp_path):
     again = read_manifest(str(tmp_path / "out"), "maskrcnn")
     assert [(f["name"], f["sha256"]) for f in again["files"]] == [(f["name"], f["sha256"]) for f in manifest["files"]]
     assert again["counts"] == manifest["counts"]
+
+
+def test_records_without_polygon_vertices_are_refused_naming_the_command(prepared, tmp_path):
+    """A folder prepared before the records carried polygon vertices (no record_version: version 1) fails at the
+    manifest with one line saying to prepare it again, not at the first batch."""
+    _, out, _, manifest = prepared
+    old = {k: v for k, v in manifest.items() if k != "record_version"}
+    (tmp_path / "manifest.json").write_text(json.dumps(old))
+    for workload in ("maskrcnn", "ssd"):
+        with pytest.raises(DataError, match=r"coco-2017 records of version 1, this package reads version 2; prepare "
+                                             r"the data again \(python -m data_prep.coco ") as error:
+            read_manifest(str(tmp_path), workload)
+        assert "\n" not in str(error.value)
 
 
 def test_manifest_workloads_accept_each_listed_workload(prepared, tmp_path):
@@ -286,3 +316,16 @@ def test_log_lines_say_1_shard_and_1_worker(tmp_path):
     text = "\n".join(lines)
     assert "in 1 shard," in text and "with 1 worker)" in text and ", 1 worker)" in text, text
     assert "1 shards" not in text and "1 workers" not in text, text
+
+
+def test_polygon_parts_keep_three_vertices_or_more_and_refuse_a_non_crowd_rle():
+    """Mask R-CNN's reference (mlcommons/training 0badcd17, maskrcnn_benchmark/structures/segmentation_mask.py
+    Polygons) reads polygons only: a non-crowd RLE stops data_prep with one line; a crowd gives no polygon; parts
+    under 3 vertices are left out (pycocotools' frPyObjects reads a 4-number list as a box)."""
+    polygon = {"id": 7, "iscrowd": 0, "segmentation": [[0, 0, 4, 0, 4, 4], [1, 1, 2, 2], [5, 5, 6, 5, 6, 6, 5]]}
+    assert coco.polygon_parts(polygon, "x.json", 3) == [[0.0, 0.0, 4.0, 0.0, 4.0, 4.0], [5.0, 5.0, 6.0, 5.0, 6.0, 6.0]]
+    assert coco.polygon_parts({"iscrowd": 1, "segmentation": {"counts": [4], "size": [2, 2]}}, "x.json", 3) == []
+    with pytest.raises(DataError, match=r"^x.json: annotation 8 \(image 3\) is not a crowd but its segmentation is "
+                                         r"not a list of polygons") as error:
+        coco.polygon_parts({"id": 8, "iscrowd": 0, "segmentation": {"counts": "abc", "size": [2, 2]}}, "x.json", 3)
+    assert "\n" not in str(error.value)

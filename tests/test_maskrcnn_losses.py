@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mlperf_keras.inputs import anchors as anchor_lib
-from mlperf_keras.layers import box_ops, maskrcnn, maskrcnn_targets
+from mlperf_keras.layers import box_ops, maskrcnn, maskrcnn_targets, polygon_masks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 np_ = keras.ops.convert_to_numpy
@@ -147,18 +147,19 @@ def test_roi_box_targets_use_the_references_coder_weights_10_10_5_5():
 
 
 def test_mask_targets_and_loss_by_hand():
-    """Box-local masks (each over its own box) resampled onto ROIs."""
-    masks = np.zeros((1, 2, 64, 64), np.uint8)
-    masks[0, 0] = 1                                 # a 20x20 square filling its box 10..29
-    masks[0, 1, :, :32] = 1                         # the left half of a 40x40 box
-    gt_boxes = np.array([[[10, 10, 29, 29], [0, 0, 39, 39]]], np.float32)
+    """Polygons cropped to ROIs and scaled to 28x28 (project_masks_on_boxes: subtract (x1, y1), scale by
+    28 / max(x2 - x1, 1)), each cell inside when its centre is."""
+    polygons = np.zeros((1, 2, 8, 5), np.float32)
+    polygons[0, 0, :4] = polygon_masks.edge_rows([[10, 10, 29, 10, 29, 29, 10, 29]])   # the square 10..29
+    polygons[0, 1, :4] = polygon_masks.edge_rows([[0, 0, 20, 0, 20, 40, 0, 40]])       # the left half of 0..40
     rois = np.array([[[10, 10, 29, 29], [0, 0, 40, 40], [0, 0, 39, 39]]], np.float32)
     instance = np.array([[0, 0, 1]], np.int32)
-    t = np_(maskrcnn_targets.mask_targets(masks, gt_boxes, rois, instance, size=28))
+    t = np_(maskrcnn_targets.mask_targets(polygons, rois, instance, size=28))
     assert t[0, 0].all()                           # the ROI is the square: all ones
-    assert t[0, 1].sum() == pytest.approx(14 * 14, abs=28)   # the square is the middle half of the ROI
-    assert not t[0, 1][:5].any() and not t[0, 1][:, -5:].any()   # zeros outside the square's box
-    np.testing.assert_array_equal(t[0, 2][:, :14], 1)
+    square = np.zeros((28, 28))                    # x 7..20.3 at scale 0.7: centres 7.5..19.5
+    square[7:20, 7:20] = 1
+    np.testing.assert_array_equal(t[0, 1], square)
+    np.testing.assert_array_equal(t[0, 2][:, :14], 1)   # x up to 20 x 28 / 39 = 14.4
     np.testing.assert_array_equal(t[0, 2][:, 14:], 0)
     logits = np.random.default_rng(2).normal(size=(1, 3, 28, 28, 3)).astype(np.float32)
     labels = np.array([[1, 2, 0]], np.int32)
@@ -189,16 +190,17 @@ def test_rpn_targets_encode_the_matched_box():
 def tiny_batch():
     """Two 64x96 images with three boxes and their masks (image 1 resized to 48x64 before padding)."""
     b, h, w, g = 2, 64, 96, maskrcnn.TINY_SPEC.max_gt
-    masks = np.zeros((b, g, 64, 64), np.uint8)   # box-local: the rectangles fill their boxes
+    polygons = np.zeros((b, g, 8, 5), np.float32)   # each object the rectangle of its box
     boxes = np.zeros((b, g, 4), np.float32)
     classes = np.zeros((b, g), np.int32)
     for i, j, box, cls in ((0, 0, (10, 12, 40, 50), 1), (0, 1, (50, 5, 90, 30), 2), (1, 0, (0, 0, 63, 47), 2)):
         boxes[i, j] = box
-        masks[i, j] = 1
+        x1, y1, x2, y2 = box
+        polygons[i, j, :4] = polygon_masks.edge_rows([[x1, y1, x2, y1, x2, y2, x1, y2]])
         classes[i, j] = cls
     images = np.random.default_rng(0).integers(0, 255, (b, h, w, 3)).astype(np.uint8)
     return {"images": images, "image_sizes": np.array([[64, 96], [48, 64]], np.int32), "gt_boxes": boxes,
-            "gt_classes": classes, "gt_masks": masks}
+            "gt_classes": classes, "gt_polygons": polygons}
 
 
 def test_gradients_reach_every_trainable_layer():

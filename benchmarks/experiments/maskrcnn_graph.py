@@ -54,19 +54,23 @@ def synthetic_instances(batch: int, height: int, width: int, content_height: int
 
 def our_batch(args, num_classes: int):
     """The MaskRCNN input dict: `synthetic_instances` padded to max_gt objects (class 0 pads)."""
-    boxes, classes, masks, images = synthetic_instances(args.batch, args.height, args.width, args.content_height,
-                                                        args.content_width, args.objects, num_classes=num_classes)
+    boxes, classes, _, images = synthetic_instances(args.batch, args.height, args.width, args.content_height,
+                                                    args.content_width, args.objects, num_classes=num_classes)
     g = args.max_gt
-    # The graph takes box-local masks (inputs/maskrcnn.box_masks): the same ellipse, rasterised over its own box.
-    from mlperf_keras.workloads.maskrcnn import MASK_RESOLUTION as m
-    centres = (np.arange(m) + 0.5) / m - 0.5
-    ellipse = (centres[:, None] ** 2 + centres[None, :] ** 2 <= 0.25).astype(np.uint8)
-    masks = np.broadcast_to(ellipse, (*classes.shape, m, m)).copy()
+    # The graph takes polygon edges (inputs/maskrcnn.object_edges): the same ellipse as a 32-gon, padded to the
+    # edges per object that the workload pads to without a manifest.
+    from mlperf_keras.workloads.maskrcnn import MAX_VERTICES
+    angles = np.arange(33) * (2 * np.pi / 32)
+    cx, cy = (boxes[..., 0] + boxes[..., 2]) / 2, (boxes[..., 1] + boxes[..., 3]) / 2
+    rx, ry = (boxes[..., 2] - boxes[..., 0]) / 2, (boxes[..., 3] - boxes[..., 1]) / 2
+    px, py = cx[..., None] + rx[..., None] * np.cos(angles), cy[..., None] + ry[..., None] * np.sin(angles)
+    polygons = np.zeros((*classes.shape, MAX_VERTICES, 5), np.float32)
+    polygons[..., :32, :4] = np.stack([px[..., :-1], py[..., :-1], px[..., 1:], py[..., 1:]], -1)
     pad = lambda a, value=0: np.concatenate(  # noqa: E731
         [a, np.full((a.shape[0], g - a.shape[1], *a.shape[2:]), value, a.dtype)], axis=1)
     return {"images": images,
             "image_sizes": np.tile(np.array([[args.content_height, args.content_width]], np.int32), (args.batch, 1)),
-            "gt_boxes": pad(boxes), "gt_classes": pad(classes), "gt_masks": pad(masks)}
+            "gt_boxes": pad(boxes), "gt_classes": pad(classes), "gt_polygons": pad(polygons)}
 
 
 VARIANTS = {
@@ -89,8 +93,8 @@ def apply_variants(names: str, maskrcnn) -> None:
             roi_align, mask_targets = maskrcnn.multilevel_roi_align, maskrcnn.mask_targets
             maskrcnn.multilevel_roi_align = lambda f, boxes, *a, **k: roi_align(
                 f, jax.lax.optimization_barrier(boxes), *a, **k)
-            maskrcnn.mask_targets = lambda masks, boxes, rois, instance, *a, **k: mask_targets(
-                masks, boxes, *jax.lax.optimization_barrier((rois, instance)), *a, **k)
+            maskrcnn.mask_targets = lambda polygons, rois, instance, *a, **k: mask_targets(
+                polygons, *jax.lax.optimization_barrier((rois, instance)), *a, **k)
         if name == "mask_logits_bf16":
             original = maskrcnn.mask_head_model
 
@@ -310,7 +314,7 @@ def main(argv=None):
     rois, roi_labels, roi_valid, box_targets, matched = roi_fn(proposals, proposal_valid, gt_boxes, gt_classes,
                                                                gt_valid)
     mask_rois = rois[:, :spec.roi_positives]
-    report("mask_targets", timed(jax.jit(lambda m, r, i: maskrcnn_targets.mask_targets(m, gt_boxes, r, i)), x["gt_masks"], mask_rois,
+    report("mask_targets", timed(jax.jit(maskrcnn_targets.mask_targets), x["gt_polygons"], mask_rois,
                                  matched[:, :spec.roi_positives], steps=n)[0])
 
     for name, r, pool in (("box", rois, maskrcnn.BOX_POOL), ("mask", mask_rois, maskrcnn.MASK_POOL)):

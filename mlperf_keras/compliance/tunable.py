@@ -34,9 +34,10 @@ RULES_COMMITS = {"0.5": "6e021638e80a1a82d151d4f4bf703d6704643fd7",   # 2018-11-
                  "0.7": "e382b31d9be0e2f463e19ca770e9ace28911106a"}   # 2020-06-26
 CHECKER_RULESETS = {"0.6": "0.6.0", "0.7": "0.7.0"}                   # mlperf-logging has no v0.5 rules
 BATCH_KEYS = ("batch_size", "batch_tokens")
-# max_gt: Mask R-CNN's static bound on objects per image, which stops a run rather than dropping objects.
+# max_gt, max_vertices: Mask R-CNN's static bounds on objects per image and polygon vertices per object, which stop
+# a run rather than dropping objects or vertices.
 IMPLEMENTATION_KEYS = ("eval_batch_size", "paste_processes", "epoch_build", "eval_boundary_scale", "dropout_rng",
-                       "max_gt")
+                       "max_gt", "max_vertices")
 
 
 @dataclasses.dataclass(frozen=True)

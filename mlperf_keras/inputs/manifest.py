@@ -19,6 +19,10 @@ from mlperf_keras.config import counted
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
+# A dataset's record layout, versioned on its own so that a change to one dataset's records refuses only that
+# dataset's old folders. coco-2017 2: each object's polygon vertices (image/object/polygon/*, Mask R-CNN's targets).
+RECORD_VERSIONS = {"coco-2017": 2}
+PREPARE_COMMANDS = {"coco-2017": "python -m data_prep.coco"}
 
 
 class DataError(Exception):
@@ -51,6 +55,11 @@ def read_manifest(data_dir: str, workload: str) -> dict:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise DataError(f"{path}: format_version {manifest.get('format_version')!r}, this package reads "
                         f"{FORMAT_VERSION}; prepare the data again")
+    dataset = manifest.get("dataset")
+    if dataset in RECORD_VERSIONS and manifest.get("record_version") != RECORD_VERSIONS[dataset]:
+        raise DataError(f"{path}: {dataset} records of version {manifest.get('record_version', 1)!r}, this package "
+                        f"reads version {RECORD_VERSIONS[dataset]}; prepare the data again "
+                        f"({PREPARE_COMMANDS[dataset]} --raw_dir=... --output_dir={data_dir} --overwrite)")
     # A dataset shared by several workloads (COCO: ssd and maskrcnn) lists them all under "workloads".
     accepted = manifest.get("workloads") or [manifest.get("workload")]
     if workload not in accepted:
@@ -277,6 +286,8 @@ class StagedOutput:
                     "counts": counts, "files": self.files, **extra}
         if dataset in OFFICIAL_COUNTS:
             manifest["subset"] = bool(mismatches)
+        if dataset in RECORD_VERSIONS:
+            manifest["record_version"] = RECORD_VERSIONS[dataset]
         old_manifest = os.path.join(self.output_dir, MANIFEST_NAME)
         old_files = set()
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):

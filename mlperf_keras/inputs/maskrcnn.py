@@ -27,14 +27,14 @@ Differences, on purpose:
   within 0.5 of the reference's zero padding. Ground truth is padded to max_gt objects (class 0 = none); an image
   with more non-crowd objects than max_gt (default 100) stops the run with a message naming the hparam rather than
   dropping objects (COCO's maximum per image was not counted here).
-- Masks travel box-local: each object's polygons are rasterised (pycocotools frPyObjects + merge + decode, as the
-  reference's Polygons.convert) at mask_resolution x mask_resolution (64) over its own ground-truth box, and
-  layers.maskrcnn_targets.mask_targets resamples them onto each positive proposal's 28x28 grid (2x2 bilinear samples per
-  cell, thresholded at 0.5). The reference crops the polygons to the proposal and rasterises them there at 28x28
-  (roi_heads/mask_head/loss.py project_masks_on_boxes). Full-image masks would cost 100 x 800 x 1344 bytes (107 MB)
-  per image; these cost 100 x 64 x 64 (410 KB). A box-local mask does not depend on the resize, and the flip
-  mirrors it (the flipped polygon in the flipped box is the mirror image). Non-crowd RLE segmentations (none in
-  COCO 2017) are decoded at image size and sampled at the raster's cell centres.
+- Masks travel as polygons: each object's polygon edges (object_edges, from the vertices data_prep.coco stores),
+  scaled and flipped as the reference's Polygons.resize and transpose move the vertices, padded to max_vertices
+  edges per object (the workload takes the manifest's max_object_vertices, rounded up to 32; 256 without one; an
+  object with more stops the run). layers.maskrcnn_targets.mask_targets rasterises them on each positive
+  proposal's 28x28 grid in the graph (layers/polygon_masks.py: the reference's crop and resize, then an even-odd
+  test per polygon part at the cell centres, the parts' union, where the reference calls pycocotools;
+  tests/test_polygon_masks.py measures 0.42% of cells differing on random polygons, 0.57% on objects of overlapping
+  parts). 100 objects of 256 edges cost 512 KB per image (full-image masks: 107 MB).
 - A pass (train_dataset): every trainable image of a worker once, in a seeded shuffled order (file order, then a
   shuffle buffer), grouped by orientation as the images come (tf.data group_by_window); a group's last, partial
   batch is filled with its own images again, where the reference's GroupedBatchSampler ends a pass with smaller
@@ -51,20 +51,20 @@ stream) only, as in inputs/image.py.
 """
 from __future__ import annotations
 
-import json
 import math
 
-import numpy as np
 import tensorflow as tf
 
 from mlperf_keras.inputs import coco_records, image, records
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.inputs.maskrcnn_shapes import LANDSCAPE, MAX_SIZE, MIN_SIZE, PORTRAIT, padded_shape
 
-MASK_RESOLUTION = 64                    # box-local ground-truth masks (see the module docstring)
+MAX_VERTICES = 256                      # polygon edges per object when no manifest gives COCO's (train_dataset)
 PAD_RGB = (123, 116, 103)               # Detectron's PIXEL_MEAN (BGR 102.98, 115.95, 122.77) as RGB uint8
 
-_SEGMENTATION = {"image/object/segmentation": tf.io.VarLenFeature(tf.string)}
+_POLYGONS = {"image/object/polygon/parts": tf.io.VarLenFeature(tf.int64),
+             "image/object/polygon/vertices": tf.io.VarLenFeature(tf.int64),
+             "image/object/polygon/xy": tf.io.VarLenFeature(tf.float32)}
 
 
 def orientation(height, width):
@@ -94,43 +94,47 @@ def reference_boxes(normalized, height, width):
     return tf.stack([x1, y1, x2, y2], axis=1), tf.logical_and(x2 > x1, y2 > y1)
 
 
-def box_masks(segmentations, boxes, height, width, resolution: int = MASK_RESOLUTION) -> np.ndarray:
-    """Each object's mask rasterised over its own box: segmentations (COCO JSON bytes, [n]), pixel boxes [n, 4] of
-    the original image -> uint8 [n, resolution, resolution]. A polygon point (x, y) lands at ((x - x1) r / w,
-    (y - y1) r / h) with w = max(x2 - x1, 1) (Polygons.crop then resize, as the reference does for its proposals)."""
-    import pycocotools.mask as mask_util
-
-    r = int(resolution)
-    out = np.zeros((len(segmentations), r, r), np.uint8)
-    for i, (raw, box) in enumerate(zip(segmentations, np.asarray(boxes, np.float64).reshape(-1, 4))):
-        segmentation = json.loads(raw)
-        x1, y1, x2, y2 = box
-        w, h = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
-        if isinstance(segmentation, list):
-            polygons = [((np.asarray(p, np.float64).reshape(-1, 2) - (x1, y1)) * (r / w, r / h)).ravel().tolist()
-                        for p in segmentation if len(p) >= 6]
-            if polygons:
-                out[i] = mask_util.decode(mask_util.merge(mask_util.frPyObjects(polygons, r, r)))
-            continue
-        if isinstance(segmentation.get("counts"), list):   # uncompressed RLE
-            segmentation = mask_util.frPyObjects(segmentation, int(height), int(width))
-        full = mask_util.decode(segmentation)
-        centres = (np.arange(r) + 0.5) / r
-        ys = np.clip(np.floor(y1 + centres * h).astype(np.int64), 0, full.shape[0] - 1)
-        xs = np.clip(np.floor(x1 + centres * w).astype(np.int64), 0, full.shape[1] - 1)
-        out[i] = full[ys][:, xs]
-    return out
+def object_edges(parts, vertices, xy, max_vertices: int):
+    """Each object's polygon edges, padded: parts (polygons per object, [n]), vertices (vertices per polygon), xy
+    (their x, y pairs, [V, 2]) -> float32 [n, max_vertices, 5] rows (x0, y0, x1, y1, part), each polygon's last
+    vertex joined to its first, part its number within the object, zero rows after an object's edges
+    (layers.polygon_masks reads them)."""
+    parts, vertices = tf.cast(parts, tf.int64), tf.cast(vertices, tf.int64)
+    xy = tf.reshape(tf.cast(xy, tf.float32), [-1, 2])
+    polygon = tf.repeat(tf.range(tf.size(vertices, out_type=tf.int64)), vertices)       # [V]: each vertex's polygon
+    first = tf.gather(tf.cumsum(vertices, exclusive=True), polygon)
+    k = tf.range(tf.size(polygon, out_type=tf.int64))
+    following = tf.where(k + 1 == first + tf.gather(vertices, polygon), first, k + 1)
+    owner_of_polygon = tf.repeat(tf.range(tf.size(parts, out_type=tf.int64)), parts)
+    part = tf.range(tf.size(vertices, out_type=tf.int64)) - tf.gather(tf.cumsum(parts, exclusive=True),
+                                                                     owner_of_polygon)
+    edges = tf.concat([xy, tf.gather(xy, following), tf.cast(tf.gather(part, polygon), tf.float32)[:, None]], axis=1)
+    owner = tf.gather(owner_of_polygon, polygon)
+    ragged = tf.RaggedTensor.from_value_rowids(edges, owner, nrows=tf.size(parts, out_type=tf.int64))
+    check = tf.debugging.assert_less_equal(
+        tf.reduce_max(tf.concat([ragged.row_lengths(), [0]], 0)), tf.cast(max_vertices, tf.int64),
+        message=f"an object has more polygon vertices than max_vertices={max_vertices} (the workload takes the "
+                f"manifest's max_object_vertices: is the manifest the one data_prep.coco wrote with these records?)")
+    with tf.control_dependencies([check]):
+        return tf.ensure_shape(ragged.to_tensor(0.0, shape=[None, max_vertices, 5]), [None, max_vertices, 5])
 
 
 def parse_instances(serialized) -> dict:
-    """boxes.parse_detection's dict plus "segmentation": the objects' COCO segmentations as JSON strings [n]."""
+    """coco_records.parse_detection's dict plus the objects' polygons (data_prep.coco): "polygon_parts" int64 [n],
+    "polygon_vertices" int64 [P], "polygon_xy" float32 [V, 2] (pixels of the original image)."""
     example = coco_records.parse_detection(serialized)
-    segmentation = records.parse(serialized, _SEGMENTATION)["image/object/segmentation"].values
-    with tf.control_dependencies([tf.debugging.assert_equal(tf.size(segmentation), tf.size(example["labels"]),
-                                                            message="COCO record: segmentation and class/label "
-                                                                    "differ in length")]):
-        segmentation = tf.identity(segmentation)
-    return {**example, "segmentation": segmentation}
+    ex = records.parse(serialized, _POLYGONS)
+    parts, vertices = ex["image/object/polygon/parts"].values, ex["image/object/polygon/vertices"].values
+    xy = ex["image/object/polygon/xy"].values
+    checks = [tf.debugging.assert_equal(tf.size(parts), tf.size(example["labels"]),
+                                        message="COCO record: polygon/parts and class/label differ in length"),
+              tf.debugging.assert_equal(tf.reduce_sum(parts), tf.size(vertices, out_type=tf.int64),
+                                        message="COCO record: polygon/parts and polygon/vertices disagree"),
+              tf.debugging.assert_equal(2 * tf.reduce_sum(vertices), tf.size(xy, out_type=tf.int64),
+                                        message="COCO record: polygon/vertices and polygon/xy disagree")]
+    with tf.control_dependencies(checks):
+        xy = tf.reshape(xy, [-1, 2])
+    return {**example, "polygon_parts": parts, "polygon_vertices": vertices, "polygon_xy": xy}
 
 
 def trainable(example) -> tf.Tensor:
@@ -170,28 +174,30 @@ def _decode_resized(example, min_size, max_size):
 
 
 def train_example(example, flip, *, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, max_gt: int = 100,
-                  resolution: int = MASK_RESOLUTION) -> dict:
+                  max_vertices: int = MAX_VERTICES) -> dict:
     """One parsed training image (parse_instances) -> the model's inputs for it, padded: images uint8 [H, W, 3],
     image_sizes int32 [2] (resized height, width), gt_boxes float32 [max_gt, 4] (pixels of the resized image),
-    gt_classes int32 [max_gt] (0 pads), gt_masks uint8 [max_gt, r, r] (box-local), group int32 (orientation)."""
+    gt_classes int32 [max_gt] (0 pads), gt_polygons float32 [max_gt, max_vertices, 5] (each object's polygon edges
+    in pixels of the resized, flipped image: object_edges), group int32 (orientation)."""
     keep = tf.logical_not(example["is_crowd"])
     height, width = example["height"], example["width"]
     pixel_boxes, nonempty = reference_boxes(tf.boolean_mask(example["boxes"], keep), height, width)
     labels = tf.boolean_mask(tf.boolean_mask(example["labels"], keep), nonempty)
-    segmentation = tf.boolean_mask(tf.boolean_mask(example["segmentation"], keep), nonempty)
+    edges = object_edges(example["polygon_parts"], example["polygon_vertices"], example["polygon_xy"], max_vertices)
+    edges = tf.boolean_mask(tf.boolean_mask(edges, keep), nonempty)
     pixel_boxes = tf.boolean_mask(pixel_boxes, nonempty)
-    masks = tf.numpy_function(lambda s, b, h, w: box_masks(s, b, h, w, resolution),
-                              [segmentation, pixel_boxes, height, width], tf.uint8, stateful=False)
-    masks = tf.reshape(masks, [-1, resolution, resolution])
     pixels, new_h, new_w = _decode_resized(example, min_size, max_size)
     ratio_w = tf.cast(new_w, tf.float32) / tf.cast(width, tf.float32)
     ratio_h = tf.cast(new_h, tf.float32) / tf.cast(height, tf.float32)
     scaled = pixel_boxes * tf.stack([ratio_w, ratio_h, ratio_w, ratio_h])
+    edges = edges * tf.stack([ratio_w, ratio_h, ratio_w, ratio_h, 1.0])            # Polygons.resize
     w = tf.cast(new_w, tf.float32)
     pixels = tf.cond(flip, lambda: tf.reverse(pixels, axis=[1]), lambda: pixels)
     scaled = tf.cond(flip, lambda: tf.stack([w - scaled[:, 2] - 1, scaled[:, 1], w - scaled[:, 0] - 1, scaled[:, 3]],
                                             axis=1), lambda: scaled)
-    masks = tf.cond(flip, lambda: tf.reverse(masks, axis=[2]), lambda: masks)
+    # Polygons.transpose: x' = W - x - 1 (padding rows stay horizontal, so they still never cross)
+    edges = tf.cond(flip, lambda: tf.stack([w - edges[..., 0] - 1, edges[..., 1], w - edges[..., 2] - 1,
+                                            edges[..., 3], edges[..., 4]], axis=-1), lambda: edges)
     n = tf.size(labels)
     check = tf.debugging.assert_less_equal(n, max_gt, message=f"an image has more objects than max_gt={max_gt}; "
                                                               f"raise it with --hparams=max_gt=N")
@@ -202,8 +208,7 @@ def train_example(example, flip, *, min_size: int = MIN_SIZE, max_size: int = MA
             "image_sizes": tf.stack([new_h, new_w]),
             "gt_boxes": tf.ensure_shape(tf.pad(scaled, [[0, missing], [0, 0]]), [max_gt, 4]),
             "gt_classes": tf.ensure_shape(tf.pad(labels, [[0, missing]]), [max_gt]),
-            "gt_masks": tf.ensure_shape(tf.pad(masks, [[0, missing], [0, 0], [0, 0]]),
-                                        [max_gt, resolution, resolution]),
+            "gt_polygons": tf.ensure_shape(tf.pad(edges, [[0, missing], [0, 0], [0, 0]]), [max_gt, max_vertices, 5]),
             "group": group}
 
 
@@ -277,7 +282,7 @@ def stream_position(batch: int, pass_batches: int) -> tuple[int, int]:
 
 def train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                   shuffle_buffer: int = 1024, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, max_gt: int = 100,
-                  resolution: int = MASK_RESOLUTION, groups: tuple[int, int] | None = None, cycle_length: int = 10,
+                  max_vertices: int = MAX_VERTICES, groups: tuple[int, int] | None = None, cycle_length: int = 10,
                   threads: int | None = None, keep_image_id: bool = False) -> tf.data.Dataset:
     """Exactly num_batches (inputs, dummy labels) batches of one worker for one epoch; inputs as train_example's
     dict without "group", batched; every trainable image of `paths` at least once (see the module docstring).
@@ -295,7 +300,7 @@ def train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_s
     def preprocess(index, example):
         flip = tf.random.stateless_uniform([], tf.stack([tf.constant(e_seed, tf.int64), stream + index])) < 0.5
         out = train_example(example, flip, min_size=min_size, max_size=max_size, max_gt=max_gt,
-                            resolution=resolution)
+                            max_vertices=max_vertices)
         return {**out, "image_id": example["image_id"]} if keep_image_id else out
 
     dataset = dataset.enumerate().map(preprocess, num_parallel_calls=records.AUTOTUNE, deterministic=True)
@@ -333,7 +338,7 @@ def eval_dataset(paths: list[str], *, batch_size: int, min_size: int = MIN_SIZE,
     return image.with_threads(dataset, threads)
 
 
-__all__ = ["MASK_RESOLUTION", "PAD_RGB", "box_masks",
+__all__ = ["MAX_VERTICES", "PAD_RGB", "object_edges",
            "check_epoch_fits", "check_pass_fits", "count_groups", "eval_dataset", "grouped_batches_needed",
            "orientation", "parse_instances", "reference_boxes", "resize_like_pil", "resized_size",
            "stream_position", "train_dataset", "train_example", "trainable"]

@@ -210,8 +210,8 @@ class MaskRCNN(keras.Model):
 
     Inputs: a dict with "images" (B, H, W, 3) RGB uint8, "image_sizes" (B, 2) int32 (height, width of the resized
     image before padding) and, for training, "gt_boxes" (B, G, 4) float32 (x1, y1, x2, y2 pixels, inclusive),
-    "gt_classes" (B, G) int32 (1..K - 1; 0 pads) and "gt_masks" (B, G, M, M) uint8: each object's mask over its
-    own box (inputs/maskrcnn.box_masks; M = 64 there), 107 MB per image less than full-image masks at G = 100.
+    "gt_classes" (B, G) int32 (1..K - 1; 0 pads) and "gt_polygons" (B, G, E, 5) float32: each object's polygon
+    edges in pixels (inputs/maskrcnn.object_edges), which mask_targets rasterises on the positive ROIs.
     Training output: a dict of predictions with the targets sampled for them (`training_losses` reads it), so the
     loop's loss(y_true, y_pred) needs no labels of its own.
     """
@@ -262,8 +262,8 @@ class MaskRCNN(keras.Model):
             "class_logits": class_logits, "box_deltas": box_deltas, "labels": labels, "roi_valid": valid,
             "box_targets": box_targets,
             "mask_logits": mask_logits, "mask_labels": labels[:, :positives],
-            "mask_targets": ops.stop_gradient(mask_targets(inputs["gt_masks"], gt_boxes, finite_boxes(mask_rois),
-                                                            matched[:, :positives])),
+            "mask_targets": ops.stop_gradient(mask_targets(inputs["gt_polygons"], finite_boxes(mask_rois),
+                                                         matched[:, :positives])),
             "mask_valid": ops.logical_and(labels[:, :positives] > 0, valid[:, :positives]),
         }
 

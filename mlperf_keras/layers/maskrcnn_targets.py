@@ -1,5 +1,5 @@
 """Mask R-CNN training targets and losses in keras.ops (static shapes): matching, sampling, RPN and ROI targets,
-box-local mask targets, the five losses.
+polygon mask targets, the five losses.
 
 As the reference (mlcommons/training 0badcd1786fcb007725ed05f1c44e9d80bbeac52, object_detection/pytorch/
 maskrcnn_benchmark/: modeling/rpn/loss.py, modeling/matcher.py, modeling/balanced_positive_negative_sampler.py,
@@ -18,10 +18,10 @@ modeling/roi_heads/{box_head,mask_head}/loss.py, config/defaults.py) with these 
   number of sampled ROIs;
 - mask loss: binary cross-entropy on the ground-truth class's 28x28 logits of positive ROIs, mean over their pixels
   (zero when no positives).
-One deliberate difference: mask targets come from box-local ground-truth masks (each object's polygons rasterised
-at 64x64 over its own box, inputs/maskrcnn.py), resampled onto the proposal's 28x28 cells (2x2 bilinear samples per
-cell, the ROIAlign positions) and thresholded at 0.5, where the reference crops and rescales the polygons to the
-proposal and rasterises them at 28x28 (project_masks_on_boxes); torchvision ROI-aligns full-image masks.
+- mask targets: each positive proposal's matched polygons cropped to the proposal and scaled to 28x28
+  (roi_heads/mask_head/loss.py project_masks_on_boxes, structures/segmentation_mask.py Polygons.crop and resize),
+  rasterised in the graph by an even-odd test at the cell centres (layers/polygon_masks.py) where the reference
+  calls pycocotools (0.42% of cells differ on random polygons, tests/test_polygon_masks.py).
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ import numpy as np
 from keras import ops
 
 from mlperf_keras.inputs import anchors as anchor_lib
+from mlperf_keras.layers import polygon_masks
 from mlperf_keras.layers.box_ops import inclusive_iou
 
 if TYPE_CHECKING:
@@ -146,45 +147,18 @@ def box_losses(class_logits, box_deltas, labels, valid, targets):
     return classification, box
 
 
-def mask_targets(gt_masks, gt_boxes, rois, instance, size: int = MASK_SIZE, sampling_ratio: int = 2):
-    """Box-local ground-truth masks resampled onto ROIs -> (B, R, size, size) {0, 1} float32.
+def mask_targets(gt_polygons, rois, instance, size: int = MASK_SIZE):
+    """Each ROI's matched object rasterised on the ROI's size x size grid -> (B, R, size, size) {0, 1} float32.
 
-    gt_masks (B, G, M, M) {0, 1}: mask g rasterised over its own box gt_boxes (B, G, 4) (M cells spanning x1..x2
-    and y1..y2, inputs/maskrcnn.box_masks); rois (B, R, 4); instance (B, R) the matched ground truth. Each output
-    cell averages sampling_ratio^2 bilinear samples at the ROIAlign positions of the ROI (the centres of the
-    reference's 28x28 raster cells, split 2x2), read from the matched mask with zeros outside its box, thresholded
-    at 0.5."""
-    batch, masks, m = ops.shape(gt_masks)[0], gt_masks.shape[1], gt_masks.shape[-1]
-    rois_n = rois.shape[1]
-    padded = m + 2                                      # one zero cell around each mask: samples outside read 0
-    table = ops.reshape(ops.pad(ops.cast(gt_masks, "float32"), ((0, 0), (0, 0), (1, 1), (1, 1))), (-1,))
-    own = ops.take_along_axis(ops.cast(gt_boxes, "float32"), ops.cast(instance, "int32")[..., None], axis=1)
-    own, boxes = ops.reshape(own, (-1, 4)), ops.reshape(ops.cast(rois, "float32"), (-1, 4))
-    image = ops.repeat(ops.arange(batch, dtype="int32"), rois_n)
-    base = (image * masks + ops.reshape(ops.cast(instance, "int32"), (-1,))) * (padded * padded)
-    steps = ops.convert_to_tensor(
-        [p + (i + 0.5) / sampling_ratio for p in range(size) for i in range(sampling_ratio)], "float32")
-
-    def axis(lo, hi, own_lo, own_hi):
-        # image positions of the samples -> positions in the padded mask's cells (cell j's centre at j + 1)
-        pos = lo[:, None] + steps[None, :] * (ops.maximum(hi - lo, 1.0) / size)[:, None]
-        cell = (pos - own_lo[:, None]) * (m / ops.maximum(own_hi - own_lo, 1.0))[:, None] + 0.5
-        cell = ops.clip(cell, 0.0, padded - 1.0)
-        low = ops.minimum(ops.floor(cell), padded - 2.0)
-        frac = cell - low
-        return ops.cast(low, "int32"), ops.cast(low, "int32") + 1, 1.0 - frac, frac
-
-    y_low, y_high, wy_low, wy_high = axis(boxes[:, 1], boxes[:, 3], own[:, 1], own[:, 3])
-    x_low, x_high, wx_low, wx_high = axis(boxes[:, 0], boxes[:, 2], own[:, 0], own[:, 2])
-    base = base[:, None, None]
-
-    def corner(ys, xs, wy, wx):
-        return ops.take(table, base + ys[:, :, None] * padded + xs[:, None, :]) * (wy[:, :, None] * wx[:, None, :])
-
-    out = (corner(y_low, x_low, wy_low, wx_low) + corner(y_low, x_high, wy_low, wx_high)
-           + corner(y_high, x_low, wy_high, wx_low) + corner(y_high, x_high, wy_high, wx_high))
-    out = ops.mean(ops.reshape(out, (-1, size, sampling_ratio, size, sampling_ratio)), axis=(2, 4))
-    return ops.cast(ops.reshape(out, (batch, rois_n, size, size)) >= 0.5, "float32")
+    gt_polygons (B, G, E, 5): each object's polygon edges in pixels (inputs/maskrcnn.object_edges); rois (B, R, 4);
+    instance (B, R) the matched ground truth. The polygons are cropped to the ROI and scaled to the grid as the
+    reference's project_masks_on_boxes does, then tested at the cell centres (layers/polygon_masks.py)."""
+    batch, rois_n = ops.shape(rois)[0], rois.shape[1]
+    edges = ops.take_along_axis(ops.cast(gt_polygons, "float32"),
+                                ops.cast(instance, "int32")[:, :, None, None], axis=1)    # (B, R, E, 5)
+    flat = polygon_masks.rasterise(ops.reshape(edges, (-1, gt_polygons.shape[2], 5)),
+                                   ops.reshape(ops.cast(rois, "float32"), (-1, 4)), size)
+    return ops.reshape(flat, (batch, rois_n, size, size))
 
 
 def mask_loss(mask_logits, labels, targets, valid):

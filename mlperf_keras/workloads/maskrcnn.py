@@ -33,8 +33,8 @@ paths below are under maskrcnn_benchmark/):
 
 Differences from the reference, on purpose:
 - Static shapes: images padded to one shape per orientation, ground truth to max_gt objects, proposals to a fixed
-  count, masks box-local at 64x64 (inputs.maskrcnn, layers.maskrcnn and layers.maskrcnn_targets say how each one is
-  still the reference's computation, and where the mask targets differ).
+  count, each object's polygons to max_vertices edges (inputs.maskrcnn, layers.maskrcnn and layers.maskrcnn_targets
+  say how each one is still the reference's computation, and where the mask targets' rasteriser differs).
 - A pass over the data (inputs.maskrcnn): each orientation group's last batch is filled with its own images
   again, where the reference's GroupedBatchSampler ends it with a smaller batch.
 - The data: train2017 and val2017 (instances_*2017.json). The reference's config reads the same images from the
@@ -66,7 +66,7 @@ from mlperf_keras.workloads.base import Workload, per_worker_eval_batch
 COCO2017 = {"train_images": 117_266, "val_images": 5_000, "num_classes": 81}
 BASE_LEARNING_RATE = 0.02           # per 16 images (SOLVER.BASE_LR at SOLVER.IMS_PER_BATCH 16)
 REFERENCE_BATCH = 16
-MASK_RESOLUTION = 64                # inputs.maskrcnn.MASK_RESOLUTION (no TensorFlow import here)
+MAX_VERTICES = 256                  # inputs.maskrcnn.MAX_VERTICES (no TensorFlow import here)
 
 
 def iterations_per_epoch(images: int, global_batch: int) -> int:
@@ -142,6 +142,8 @@ class MaskRCNN(Workload):
             "pre_nms_train": spec.pre_nms_train, "pre_nms_test": spec.pre_nms_test,
             "proposals_per_image": spec.proposals_per_image,    # num_image_candidates
             "roi_batch": spec.roi_batch, "max_gt": spec.max_gt, "detections_per_image": spec.detections_per_image,
+            # polygon edges per object (padding, not a hyperparameter): prepared data gives its own maximum
+            "max_vertices": MAX_VERTICES,
             "batch_size": REFERENCE_BATCH,      # global, when neither --batch_size nor a preset gives one
             "eval_batch_size": 0,               # per worker; 0: the per-worker training batch
             # processes per worker that paste and encode the eval masks (metrics.coco_instances.PastePool); 0: the
@@ -168,7 +170,8 @@ class MaskRCNN(Workload):
             return {}
         counts = manifest["counts"]
         return {"num_classes": counts["num_classes"] + 1, "train_images": counts["train_images_annotated"],
-                "val_images": counts["val_images"]}
+                "val_images": counts["val_images"],
+                "max_vertices": max(32, -(-int(counts["max_object_vertices"]) // 32) * 32)}
 
     def default_epochs(self, hparams: dict, global_batch: int) -> int:
         """The evaluations the reference makes before MAX_ITER ends it (it does not evaluate at MAX_ITER itself):
@@ -207,8 +210,8 @@ class MaskRCNN(Workload):
                               f"reference's 60000-80000; the checker demands two)")
         if not 0 < hp["min_size"] <= hp["max_size"]:
             raise ConfigError(f"min_size={hp['min_size']}, max_size={hp['max_size']}: 0 < min_size <= max_size")
-        if hp["proposals_per_image"] < 1 or hp["roi_batch"] < 1 or hp["max_gt"] < 1:
-            raise ConfigError("proposals_per_image, roi_batch and max_gt must be positive")
+        if hp["proposals_per_image"] < 1 or hp["roi_batch"] < 1 or hp["max_gt"] < 1 or hp["max_vertices"] < 3:
+            raise ConfigError("proposals_per_image, roi_batch and max_gt must be positive, max_vertices at least 3")
         if hp["paste_processes"] < 0:
             raise ConfigError(f"paste_processes={hp['paste_processes']}: 0 (as many as the host's cores allow), "
                               f"1 (paste the eval masks in the worker itself) or more processes")
@@ -381,17 +384,17 @@ class _CocoTrainData(TrainData):
                 self.paths, seed=self.config.seed, epoch=data_pass, rank=self.rank,
                 batch_size=self.config.per_worker_batch_size, num_batches=self.pass_batches,
                 shuffle_buffer=hp["shuffle_buffer"], min_size=hp["min_size"], max_size=hp["max_size"],
-                max_gt=hp["max_gt"])
+                max_gt=hp["max_gt"], max_vertices=hp["max_vertices"])
             yield from records.backend_batches(dataset.skip(skip))
             data_pass, skip = data_pass + 1, 0
 
 
 def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
     """One landscape batch of the real shapes (NumPy only): random pixels, seven objects per image (COCO's mean is
-    about 7.3) with random classes, box-local masks of random ellipses."""
+    about 7.3) with random classes, each object a 32-gon ellipse filling its box."""
     rng = np.random.default_rng(seed)
     height, width = padded_shape(LANDSCAPE, hp["min_size"], hp["max_size"])
-    g, r = hp["max_gt"], MASK_RESOLUTION
+    g, e = hp["max_gt"], hp["max_vertices"]
     objects = min(7, g)
     x1 = rng.uniform(0, width * 0.7, (batch, objects))
     y1 = rng.uniform(0, height * 0.7, (batch, objects))
@@ -400,12 +403,16 @@ def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
     boxes[:, :objects] = np.stack([x1, y1, x1 + w, y1 + h], axis=-1)
     classes = np.zeros((batch, g), np.int32)
     classes[:, :objects] = rng.integers(1, hp["num_classes"], (batch, objects))
-    yy, xx = np.mgrid[0:r, 0:r] / (r - 1) * 2 - 1
-    masks = np.zeros((batch, g, r, r), np.uint8)
-    masks[:, :objects] = (xx ** 2 + yy ** 2 <= 1)[None, None]
+    sides = min(32, e)
+    angles = np.arange(sides + 1) * (2 * np.pi / sides)
+    cx, cy = x1 + w / 2, y1 + h / 2
+    px = cx[..., None] + w[..., None] / 2 * np.cos(angles)       # (batch, objects, sides + 1), the first repeated
+    py = cy[..., None] + h[..., None] / 2 * np.sin(angles)
+    polygons = np.zeros((batch, g, e, 5), np.float32)   # part 0
+    polygons[:, :objects, :sides, :4] = np.stack([px[..., :-1], py[..., :-1], px[..., 1:], py[..., 1:]], axis=-1)
     inputs = {"images": rng.integers(0, 256, (batch, height, width, 3), dtype=np.uint8),
               "image_sizes": np.tile(np.array([[height, width]], np.int32), (batch, 1)),
-              "gt_boxes": boxes, "gt_classes": classes, "gt_masks": masks}
+              "gt_boxes": boxes, "gt_classes": classes, "gt_polygons": polygons}
     return inputs, np.zeros(batch, np.float32)
 
 
