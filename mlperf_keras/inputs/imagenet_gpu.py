@@ -70,16 +70,24 @@ def _interleave(paths: list[str], cycle_length: int) -> Iterator[bytes]:
 
 def _shuffled(stream: Iterator[bytes], buffer_size: int, rng: np.random.Generator) -> Iterator[bytes]:
     """tf.data's shuffle: a buffer of buffer_size elements, each output a uniform pick replaced by the next input."""
-    buffer = []
+    buffer, uniforms, used = [], rng.random(4096), 0
+
+    def pick() -> int:
+        nonlocal uniforms, used
+        if used == len(uniforms):  # drawn in blocks: one Generator call per record costs more than the rest
+            uniforms, used = rng.random(4096), 0
+        used += 1
+        return int(uniforms[used - 1] * len(buffer))
+
     for record in stream:
         if len(buffer) < buffer_size:
             buffer.append(record)
             continue
-        i = int(rng.integers(len(buffer)))
+        i = pick()
         yield buffer[i]
         buffer[i] = record
     while buffer:
-        i = int(rng.integers(len(buffer)))
+        i = pick()
         buffer[i], buffer[-1] = buffer[-1], buffer[i]
         yield buffer.pop()
 
@@ -392,16 +400,27 @@ def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int
     records = train_record_stream(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
                                   shuffle_buffer=shuffle_buffer, cycle_length=cycle_length)
 
-    def build():
+    def plan():
         for index in range(num_batches):
             jpegs, labels = zip(*(_jpeg_and_label(next(records), label_offset) for _ in range(batch_size)))
             sizes = np.array([image_geometry.jpeg_size(j) for j in jpegs], np.int64)
             rng = np.random.default_rng([int(seed), int(epoch), int(rank), index])
             geometry, _ = train_geometry(sizes, rng, image_size, crop)
-            canvas = decoder.canvas(list(jpegs), geometry)
-            yield resize_from_canvas(canvas, geometry.taps(), geometry.valid), np.array(labels, np.int32)
+            yield list(jpegs), geometry, np.array(labels, np.int32)
 
-    return _prefetched(build(), prefetch)
+    return _decoded(_prefetched(plan(), prefetch), decoder, prefetch)
+
+
+def _decoded(plans: Iterator, decoder, prefetch: int) -> Iterator:
+    """Batches of planned (jpegs, geometry, labels), decoded and resized by a second thread: the decoder's waits
+    (GPU, or PIL's threads) leave the interpreter to the thread that reads and plans the next batches."""
+
+    def decode():
+        for jpegs, geometry, labels in plans:
+            canvas = decoder.canvas(jpegs, geometry)
+            yield resize_from_canvas(canvas, geometry.taps(), geometry.valid), labels
+
+    return _prefetched(decode(), prefetch)
 
 
 def eval_batches(paths: list[str], decoder, *, batch_size: int, image_size: int, resize_min: int,
@@ -409,7 +428,7 @@ def eval_batches(paths: list[str], decoder, *, batch_size: int, image_size: int,
     """Every record of `paths` once, in full batches: the last one padded with zero images labelled -1."""
     records = eval_record_stream(paths, cycle_length)
 
-    def build():
+    def plan():
         while True:
             chunk = [_jpeg_and_label(r, label_offset) for _, r in zip(range(batch_size), records)]
             if not chunk:
@@ -418,16 +437,13 @@ def eval_batches(paths: list[str], decoder, *, batch_size: int, image_size: int,
             valid = np.arange(batch_size) < len(chunk)
             missing = batch_size - len(chunk)
             sizes = np.array([image_geometry.jpeg_size(j) for j in jpegs] + [(1, 1)] * missing, np.int64)
-            geometry = eval_geometry(sizes, image_size, resize_min, valid)
             # a padding entry decodes a 1x1 window (its size's geometry) of the first image, zeroed by the mask
-            jpegs += [jpegs[0]] * missing
-            canvas = decoder.canvas(jpegs, geometry)
-            yield (resize_from_canvas(canvas, geometry.taps(), valid),
+            yield (jpegs + [jpegs[0]] * missing, eval_geometry(sizes, image_size, resize_min, valid),
                    np.array(labels + [-1] * missing, np.int32))
             if missing:
                 return
 
-    return _prefetched(build(), prefetch)
+    return _decoded(_prefetched(plan(), prefetch), decoder, prefetch)
 
 
 __all__ = ["BatchGeometry", "GpuDecoder", "HostDecoder", "PIPELINES", "choose_pipeline", "eval_batches", "eval_geometry",
