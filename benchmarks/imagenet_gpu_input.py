@@ -3,7 +3,7 @@
     KERAS_BACKEND=jax python benchmarks/imagenet_gpu_input.py [--images=2048] [--batch=256] [--steps=30]
                                                                [--out=results.json]
 
-Writes --images JPEGs of ImageNet's kind (crops of the photos scikit-image ships, long side 500, quality 90) into
+Writes --images JPEGs of ImageNet's kind (crops of the photos scikit-image ships, long side 500, quality 95) into
 TFRecord shards with a TF-free writer, then measures:
 - the GPU decode rate (nvImageCodec) of the training crop windows and of whole images, batches of --batch;
 - the host decode rate (PIL, one thread per core) of the same windows;
@@ -70,8 +70,11 @@ def _jpeg(args) -> bytes:
     if rng.random() < 0.5:
         crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
     out = io.BytesIO()
-    crop.save(out, "JPEG", quality=90)
+    crop.save(out, "JPEG", quality=QUALITY)
     return out.getvalue()
+
+
+QUALITY = 95
 
 
 def _varint(v: int) -> bytes:
@@ -136,9 +139,9 @@ def main():
     batch = jpegs[:args.batch]
     sizes = np.array([image_geometry.jpeg_size(j) for j in batch])
     geometry, _ = imagenet_gpu.train_geometry(sizes, np.random.default_rng(0), 224, image_geometry.CropParams())
-    whole = imagenet_gpu.BatchGeometry(np.array([(0, 0, h, w) for h, w in sizes]),
-                                       *[[image_geometry.train_geometry((0, 0, h, w), False, 224)[k]
-                                          for h, w in sizes] for k in (0, 1)], np.ones(len(sizes), bool))
+    whole_windows = np.array([(0, 0, h, w) for h, w in sizes])
+    whole = imagenet_gpu.BatchGeometry(whole_windows, *image_geometry.train_geometry(whole_windows, np.zeros(
+        len(sizes), bool), 224), np.ones(len(sizes), bool))
     host = imagenet_gpu.HostDecoder(os.cpu_count())
     missing = imagenet_gpu.gpu_decoder_missing()
     result["gpu_decoder_missing"] = missing

@@ -116,14 +116,16 @@ def sample_crop_windows(heights, widths, rng: np.random.Generator, crop: CropPar
     return np.where(found[:, None], out, whole)
 
 
-def resize_taps(positions, in_size: int, out_size: int):
+def resize_taps(positions, in_size, out_size):
     """Bilinear taps of output positions (ints, in the resized image of out_size) into a source side of in_size:
-    (lower int64, upper int64, lerp float32), the legacy TF kernel's arithmetic."""
-    scale = np.float32(in_size) / np.float32(out_size)
+    (lower int64, upper int64, lerp float32), the legacy TF kernel's arithmetic. The sizes may be arrays that
+    broadcast against positions (one image per row), each element computed as the kernel computes it."""
+    in_size = np.asarray(in_size)
+    scale = in_size.astype(np.float32) / np.asarray(out_size).astype(np.float32)
     source = np.asarray(positions).astype(np.float32) * scale
     floor = np.floor(source)
     lower = np.maximum(floor.astype(np.int64), 0)
-    upper = np.minimum(np.ceil(source).astype(np.int64), in_size - 1)
+    upper = np.minimum(np.ceil(source).astype(np.int64), in_size.astype(np.int64) - 1)
     return lower, upper, (source - floor).astype(np.float32)
 
 
@@ -142,14 +144,17 @@ def eval_geometry(height: int, width: int, size: int, resize_min: int):
     return window, (rows[0] - y0, rows[1] - y0, rows[2]), (cols[0] - x0, cols[1] - x0, cols[2])
 
 
-def train_geometry(window, flip: bool, size: int):
-    """Rows and cols taps (relative to the crop window) of the closed training path: the crop flipped left-right
-    when flip, then resized to size x size (the flip comes first, as in inputs/image.random_crop_flip_resize)."""
-    _, _, h, w = (int(v) for v in window)
-    rows = resize_taps(np.arange(size), h, size)
-    lower, upper, lerp = resize_taps(np.arange(size), w, size)
-    if flip:  # column c of the flipped crop is column w - 1 - c of the crop
-        lower, upper = w - 1 - lower, w - 1 - upper
+def train_geometry(windows, flips, size: int):
+    """Rows and cols taps [N, size] (relative to each crop window [N, 4]) of the closed training path: the crop
+    flipped left-right where flips, then resized to size x size (the flip first, as in
+    inputs/image.random_crop_flip_resize)."""
+    windows = np.asarray(windows, np.int64)
+    h, w = windows[:, 2:3], windows[:, 3:4]
+    rows = resize_taps(np.arange(size)[None, :], h, size)
+    lower, upper, lerp = resize_taps(np.arange(size)[None, :], w, size)
+    flips = np.asarray(flips, bool)[:, None]
+    # column c of the flipped crop is column w - 1 - c of the crop
+    lower, upper = np.where(flips, w - 1 - lower, lower), np.where(flips, w - 1 - upper, upper)
     return rows, (lower, upper, lerp)
 
 

@@ -140,18 +140,18 @@ class BatchGeometry:
     """Per image: the source window to decode (y, x, h, w) and the taps of the output rows and cols relative to it;
     packed, the flat canvas offsets the jitted resize gathers from."""
 
-    def __init__(self, windows: np.ndarray, rows: list, cols: list, valid: np.ndarray):
+    def __init__(self, windows: np.ndarray, rows: tuple, cols: tuple, valid: np.ndarray):
+        """windows [B, 4]; rows and cols: (lower, upper, lerp), each [B, S]."""
         self.windows, self.valid = windows, valid
         sizes = windows[:, 2] * windows[:, 3] * 3
         self.bases = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         self.needed = int(sizes.sum())
         widths = windows[:, 3:4] * 3
-        self.row_lo = np.stack([r[0] for r in rows]) * widths + self.bases[:, None]
-        self.row_hi = np.stack([r[1] for r in rows]) * widths + self.bases[:, None]
-        self.row_lerp = np.stack([r[2] for r in rows]).astype(np.float32)
-        self.col_lo = np.stack([c[0] for c in cols]) * 3
-        self.col_hi = np.stack([c[1] for c in cols]) * 3
-        self.col_lerp = np.stack([c[2] for c in cols]).astype(np.float32)
+        self.row_lo = rows[0] * widths + self.bases[:, None]
+        self.row_hi = rows[1] * widths + self.bases[:, None]
+        self.row_lerp = rows[2].astype(np.float32)
+        self.col_lo, self.col_hi = cols[0] * 3, cols[1] * 3
+        self.col_lerp = cols[2].astype(np.float32)
 
     def canvas_size(self) -> int:
         size = max(_MIN_CANVAS, 1 << max(0, self.needed - 1).bit_length())
@@ -170,14 +170,15 @@ def train_geometry(sizes: np.ndarray, rng: np.random.Generator, image_size: int,
     """Crop windows and flips of a batch of images of sizes [B, 2] (height, width): (geometry, flips)."""
     windows = image_geometry.sample_crop_windows(sizes[:, 0], sizes[:, 1], rng, crop)
     flips = rng.random(len(sizes)) < 0.5
-    rows, cols = zip(*(image_geometry.train_geometry(w, f, image_size) for w, f in zip(windows, flips)))
-    return BatchGeometry(windows, list(rows), list(cols), np.ones(len(sizes), bool)), flips
+    rows, cols = image_geometry.train_geometry(windows, flips, image_size)
+    return BatchGeometry(windows, rows, cols, np.ones(len(sizes), bool)), flips
 
 
 def eval_geometry(sizes: np.ndarray, image_size: int, resize_min: int, valid: np.ndarray) -> BatchGeometry:
     parts = [image_geometry.eval_geometry(int(h), int(w), image_size, resize_min) for h, w in sizes]
     windows = np.array([p[0] for p in parts], np.int64)
-    return BatchGeometry(windows, [p[1] for p in parts], [p[2] for p in parts], valid)
+    stacked = lambda which: tuple(np.stack([p[which][k] for p in parts]) for k in range(3))  # noqa: E731
+    return BatchGeometry(windows, stacked(1), stacked(2), valid)
 
 
 # ---- the jitted resize ----
@@ -290,16 +291,22 @@ class GpuDecoder:
         for jpeg, (y, x, h, w) in zip(jpegs, geometry.windows):
             code = nv.CodeStream(jpeg)
             streams.append(code.get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w))))
+        runtime = cp.cuda.runtime
         with self._stream:
             images = self._decoder.decode(streams, cuda_stream=self._stream.ptr)
             canvas = cp.empty(geometry.canvas_size(), cp.uint8)
             for base, image, (_, _, h, w) in zip(geometry.bases, images, geometry.windows):
                 if image is None:
                     raise DataError("nvImageCodec could not decode a JPEG record")
-                decoded = cp.asarray(image)
-                if decoded.shape != (h, w, 3):
-                    raise DataError(f"nvImageCodec decoded a {decoded.shape} crop, {(int(h), int(w), 3)} expected")
-                canvas[int(base):int(base + h * w * 3)] = decoded.reshape(-1)
+                interface = image.__cuda_array_interface__
+                shape, typestr = tuple(interface["shape"]), interface["typestr"]
+                if shape != (h, w, 3) or typestr != "|u1":
+                    raise DataError(f"nvImageCodec decoded a {shape} {typestr} crop, {(int(h), int(w), 3)} uint8 "
+                                    f"expected")
+                pitch = interface["strides"][0] if interface.get("strides") else int(w) * 3
+                # one 2-D copy per image (its rows may be pitched): a runtime call, no CuPy array or kernel
+                runtime.memcpy2DAsync(canvas.data.ptr + int(base), int(w) * 3, interface["data"][0], pitch,
+                                      int(w) * 3, int(h), runtime.memcpyDeviceToDevice, self._stream.ptr)
         self._stream.synchronize()
         return jax.dlpack.from_dlpack(canvas)
 

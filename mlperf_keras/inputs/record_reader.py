@@ -32,8 +32,11 @@ def masked_crc(data) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def iter_records(path: str, buffer_bytes: int = 8 << 20) -> Iterator[bytes]:
-    """The serialized records of one TFRecord file, in file order, each with both CRCs checked."""
+def iter_records(path: str, buffer_bytes: int = 1 << 16) -> Iterator[bytes]:
+    """The serialized records of one TFRecord file, in file order, each with both CRCs checked.
+
+    A small buffer: a record larger than what is left in it is read straight into its bytes object, while an 8 MiB
+    buffer made the reads of 8 interleaved files 3x slower (measured: 52 against 18 CPU-us per 40 KB record)."""
     try:
         f = open(path, "rb", buffering=buffer_bytes)
     except OSError as e:
