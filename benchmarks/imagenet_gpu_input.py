@@ -236,9 +236,13 @@ def step_fed_vs_synthetic(paths, args) -> dict:
     float(loss)
     synthetic = args.steps * args.batch / (time.perf_counter() - start)
     out = {"synthetic_step_images_per_s": synthetic}
-    for name in ("gpu", "host"):
+    default_interval = sys.getswitchinterval()
+    runs = [("gpu", None), ("gpu", 5e-4), ("gpu", 1e-4), ("host", None)]
+    for name, interval in runs:
         if name == "gpu" and imagenet_gpu.gpu_decoder_missing() is not None:
             continue
+        key = name + ("" if interval is None else f"_switch_{interval * 1e3:g}ms")
+        sys.setswitchinterval(interval or default_interval)
         decoder = imagenet_gpu.make_decoder(name)
         steps = args.steps if name == "gpu" else max(5, args.steps // 3)
         it = imagenet_gpu.train_batches(paths, decoder, seed=2, epoch=0, rank=0, batch_size=args.batch,
@@ -252,9 +256,33 @@ def step_fed_vs_synthetic(paths, args) -> dict:
             loss = step(xb, yb)
         float(loss)
         wall = time.perf_counter() - start
-        out[f"{name}_fed_step_images_per_s"] = steps * args.batch / wall
-        out[f"{name}_fed_vs_synthetic"] = out[f"{name}_fed_step_images_per_s"] / synthetic
-        out[f"{name}_fed_cores_busy"] = (time.process_time() - cpu) / wall
+        out[f"{key}_fed_step_images_per_s"] = steps * args.batch / wall
+        out[f"{key}_fed_vs_synthetic"] = out[f"{key}_fed_step_images_per_s"] / synthetic
+        out[f"{key}_fed_cores_busy"] = (time.process_time() - cpu) / wall
+        print(json.dumps(out), flush=True)
+    sys.setswitchinterval(default_interval)
+    if imagenet_gpu.gpu_decoder_missing() is None:
+        # the synthetic step while the pipeline runs beside it, its batches thrown away: what the two share
+        it = imagenet_gpu.train_batches(paths, imagenet_gpu.make_decoder("gpu"), seed=3, epoch=0, rank=0,
+                                        batch_size=args.batch, num_batches=4 * args.steps, image_size=224,
+                                        shuffle_buffer=1000)
+        done = []
+        import threading
+
+        def drain():
+            for images, _ in it:
+                if done:
+                    return
+                jax.block_until_ready(images)
+        thread = threading.Thread(target=drain, daemon=True)
+        thread.start()
+        time.sleep(1.0)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            loss = step(x, y)
+        float(loss)
+        out["synthetic_step_beside_pipeline_images_per_s"] = args.steps * args.batch / (time.perf_counter() - start)
+        done.append(True)
         print(json.dumps(out), flush=True)
     jax.block_until_ready(loss)
     return out
