@@ -43,19 +43,22 @@ def _both(jpegs, geometry):
 
 
 def test_gpu_crops_match_host_crops(jpegs):
-    """The training windows and flips: nvJPEG against libjpeg-turbo (accurate DCT), after the same resize."""
+    """The training windows and flips: nvJPEG against libjpeg-turbo (accurate DCT), after the same resize. Measured
+    on an H200 (nvImageCodec 0.9.0, nvJPEG 13.3): max 1 level, mean 0.0004 here; max 2, mean 0.0005 on 256
+    re-encoded photos (benchmarks/imagenet_gpu_input.py). Allowed: 3 and 0.01."""
     sizes = np.array([image_geometry.jpeg_size(j) for j in jpegs])
     geometry, _ = imagenet_gpu.train_geometry(sizes, np.random.default_rng(4), 224, image_geometry.CropParams())
     gpu, host = _both(jpegs, geometry)
     diff = np.abs(gpu - host)
-    print(f"train crops, GPU vs host: max {diff.max()}, mean {diff.mean():.3f}, >2: {np.mean(diff > 2):.5f}")
-    assert diff.max() <= 16 and diff.mean() < 2.0, (diff.max(), diff.mean())
+    print(f"train crops, GPU vs host: max {diff.max()}, mean {diff.mean():.4f}, >2: {np.mean(diff > 2):.5f}")
+    assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())
 
 
 def test_gpu_eval_matches_host_eval(jpegs):
+    """The eval centre crops (region decode of what the taps read). Measured on an H200: max 1, mean below 0.001."""
     sizes = np.array([image_geometry.jpeg_size(j) for j in jpegs])
     geometry = imagenet_gpu.eval_geometry(sizes, 224, 256, np.ones(len(jpegs), bool))
     gpu, host = _both(jpegs, geometry)
     diff = np.abs(gpu - host)
-    print(f"eval crops, GPU vs host: max {diff.max()}, mean {diff.mean():.3f}")
-    assert diff.max() <= 16 and diff.mean() < 2.0, (diff.max(), diff.mean())
+    print(f"eval crops, GPU vs host: max {diff.max()}, mean {diff.mean():.4f}")
+    assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())
