@@ -5,6 +5,7 @@ decoder's comparison with the host's is tests/test_imagenet_gpu_decode.py (marke
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -227,3 +228,25 @@ def test_choose_pipeline(monkeypatch):
     assert imagenet_gpu.choose_pipeline("auto") == "tf.data"  # JAX on the CPU, TensorFlow installed
     assert imagenet_gpu.choose_pipeline("host") == "host"
 
+
+
+@pytest.mark.slow
+def test_resnet_trains_from_records_on_jax_without_tensorflow(prepared, tmp_path):
+    """input_pipeline=host: a tiny ResNet trains and evaluates on the JAX backend from data_prep.imagenet's records
+    (record_reader, PIL, the jitted resize) and the process never imports TensorFlow."""
+    from tests.conftest import mllog_events, run_on_jax_without_tensorflow
+
+    pytest.importorskip("jax")
+    data_dir, _ = prepared
+    lines, check = run_on_jax_without_tensorflow(
+        "train", ["--model=resnet", "--backend=jax", f"--data_dir={data_dir}", f"--output_dir={tmp_path}",
+                  "--seed=2", "--ruleset=0.7", "--max_epochs=1", "--batch_size=10",
+                  "--hparams=image_size=24,eval_resize=28,width=8,block_sizes=1-1-1-1,optimizer=sgd,"
+                  "learning_rate=0.1,warmup_epochs=0,shuffle_buffer=16,input_pipeline=host",
+                  "--division=open"],
+        tmp_path)
+    summary = json.loads(lines[-1])
+    assert check == {"exit": 5, "tensorflow_imported": False}, lines[-5:]   # one epoch does not reach the target
+    events = mllog_events(summary["log"])
+    accuracy = [e["value"] for e in events if e["key"] == "eval_accuracy"]
+    assert len(accuracy) == 1 and 0.0 <= accuracy[0] <= 1.0
