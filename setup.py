@@ -32,15 +32,16 @@ setup(
         "tf-cpu": ["tensorflow-cpu==2.21.*"],
         # TensorFlow with CUDA 12 (cuDNN, NCCL as pip packages). Never run on a GPU by this project (BUILD.md).
         "gpu": ["tensorflow[and-cuda]==2.21.*"],
-        "jax": ["jax>=0.4.30"],
+        # google-crc32c: inputs/record_reader checks every record's CRCs without TensorFlow
+        "jax": ["jax>=0.4.30", "google-crc32c>=1.5"],
         # Keras on JAX with CUDA 13 wheels: the path every GPU figure in benchmarks/RESULTS.md was measured on
         # (H200, JAX 0.11.2). The CUDA 13 wheels need a driver that supports CUDA 13; older drivers: jax-cuda12.
         # ImageNet/COCO/WMT input pipelines are tf.data: add tf-cpu (it leaves the GPUs to JAX).
-        "jax-cuda": ["jax[cuda13]>=0.7.2"],
-        "jax-cuda12": ["jax[cuda12]>=0.4.30"],
+        "jax-cuda": ["jax[cuda13]>=0.7.2", "google-crc32c>=1.5"],
+        "jax-cuda12": ["jax[cuda12]>=0.4.30", "google-crc32c>=1.5"],
         # ImageNet's validation labels and PNG/CMYK file lists ship in this wheel; scipy reads the devkit's meta.mat.
         "imagenet": ["tensorflow-datasets>=4.9", "scipy>=1.10"],
-        "test": ["pytest>=8", "jax>=0.4.30", "tensorflow-datasets>=4.9", "scipy>=1.10"],
+        "test": ["pytest>=8", "jax>=0.4.30", "google-crc32c>=1.5", "tensorflow-datasets>=4.9", "scipy>=1.10"],
     },
     entry_points={
         "console_scripts": [

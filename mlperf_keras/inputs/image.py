@@ -16,12 +16,11 @@ worker's stream) only, so a run is reproducible whatever the number of parallel 
 """
 from __future__ import annotations
 
-import dataclasses
-
 import tensorflow as tf
 
 from mlperf_keras.inputs import records
-from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.inputs.image_geometry import CropParams
+from mlperf_keras.inputs.manifest import DataError, check_epoch_fits  # noqa: F401 (re-exported)
 
 IMAGENET_MEAN_RGB = (123.68, 116.78, 103.94)
 IMAGENET_STD_RGB = (1.0, 1.0, 1.0)
@@ -30,14 +29,6 @@ CLASSIFICATION_FEATURES = {
     "image/encoded": tf.io.FixedLenFeature([], tf.string),
     "image/class/label": tf.io.FixedLenFeature([], tf.int64),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class CropParams:
-    area_range: tuple = (0.05, 1.0)
-    aspect_ratio_range: tuple = (0.75, 1.33)
-    min_object_covered: float = 0.1
-    max_attempts: int = 100
 
 
 def to_uint8(image):
@@ -97,15 +88,6 @@ def with_threads(dataset, threads: int | None):
 
 def epoch_seed(seed: int, epoch: int) -> int:
     return (int(seed) * 1_000_003 + int(epoch) * 7_919 + 1) % (2**31 - 1)
-
-
-def check_epoch_fits(num_images: int, batch_size: int, num_batches: int) -> None:
-    """A worker's epoch (num_batches x batch_size samples) must hold each of its num_images training images."""
-    if num_images > num_batches * batch_size:
-        raise DataError(f"this worker's record files hold {num_images} training images, more than its "
-                        f"{num_batches} x {batch_size} samples per epoch: the train shards are unbalanced over the "
-                        f"workers (prepare the data with a number of train shards that is a multiple of the worker "
-                        f"count, or use fewer workers)")
 
 
 def train_records(paths: list[str], *, seed: int, epoch: int, num_samples: int, shuffle_buffer: int = 10_000,

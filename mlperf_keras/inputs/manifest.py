@@ -188,6 +188,25 @@ def worker_shards(manifest: dict, split: str, rank: int, world_size: int) -> lis
     return files[rank::world_size]
 
 
+def worker_files(data_dir: str, manifest: dict, split: str, rank: int, world_size: int) -> list[str]:
+    """Paths of one worker's record files (worker_shards)."""
+    return [os.path.join(data_dir, f["name"]) for f in worker_shards(manifest, split, rank, world_size)]
+
+
+def worker_rows(manifest: dict, split: str, rank: int, world_size: int) -> int:
+    """How many records worker rank reads from split (the manifest counts rows per file)."""
+    return sum(int(f["rows"]) for f in worker_shards(manifest, split, rank, world_size))
+
+
+def check_epoch_fits(num_images: int, batch_size: int, num_batches: int) -> None:
+    """A worker's epoch (num_batches x batch_size samples) must hold each of its num_images training images."""
+    if num_images > num_batches * batch_size:
+        raise DataError(f"this worker's record files hold {num_images} training images, more than its "
+                        f"{num_batches} x {batch_size} samples per epoch: the train shards are unbalanced over the "
+                        f"workers (prepare the data with a number of train shards that is a multiple of the worker "
+                        f"count, or use fewer workers)")
+
+
 # The official datasets' sizes: (what, function of the manifest counts, official value). A prepared dataset that
 # differs is a subset (or damaged raw data: a tar cut at a member boundary, a truncated CSV); the data_prep commands
 # refuse it unless --allow_subset, and every manifest records whether it is the full dataset.

@@ -11,19 +11,9 @@ import os
 
 import tensorflow as tf
 
-from mlperf_keras.inputs.manifest import DataError, worker_shards
+from mlperf_keras.inputs.manifest import DataError, worker_files, worker_rows  # noqa: F401 (re-exported)
 
 AUTOTUNE = tf.data.AUTOTUNE
-
-
-def worker_files(data_dir: str, manifest: dict, split: str, rank: int, world_size: int) -> list[str]:
-    """Paths of one worker's record files (manifest.worker_shards)."""
-    return [os.path.join(data_dir, f["name"]) for f in worker_shards(manifest, split, rank, world_size)]
-
-
-def worker_rows(manifest: dict, split: str, rank: int, world_size: int) -> int:
-    """How many records worker rank reads from split (the manifest counts rows per file)."""
-    return sum(int(f["rows"]) for f in worker_shards(manifest, split, rank, world_size))
 
 
 def record_dataset(paths: list[str], *, shuffle_seed: int | None = None, repeat: bool = False,

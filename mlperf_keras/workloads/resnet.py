@@ -112,6 +112,10 @@ class ResNet50(Workload):
             "eval_batch_size": 0,          # per worker; 0: the per-worker training batch
             "eval_every": 4,               # epochs between evaluations (MLPerf: 4, first after 1-4 by --eval_offset)
             "shuffle_buffer": 10_000,      # records, per worker (the TF2 reference's)
+            # auto: tf.data on TensorFlow; on JAX with a GPU, JPEGs decoded on it (inputs/imagenet_gpu; host
+            # decoding where nvImageCodec or CuPy is missing); on JAX without one, tf.data (or host decoding
+            # without TensorFlow). tf.data, gpu or host force one.
+            "input_pipeline": "auto",
             "crop_area": (0.05, 1.0),
             "crop_aspect": (0.75, 1.33),
             "crop_min_covered": 0.1,
@@ -279,13 +283,13 @@ class ResNet50(Workload):
         return head - classes
 
     def train_data(self, config, dist, manifest):
-        from mlperf_keras.inputs import records
+        from mlperf_keras.inputs import manifest as prepared
 
         hp = config.hparams
-        paths = records.worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
+        paths = prepared.worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
         return _ImageNetTrainData(config, dist, paths, self.steps_per_epoch(config, manifest),
                                   hp["train_images"], self._label_offset(config, manifest),
-                                  records.worker_rows(manifest, "train", dist.rank, dist.world_size))
+                                  prepared.worker_rows(manifest, "train", dist.rank, dist.world_size))
 
     def synthetic_train_data(self, config, dist):
         """One random uint8 batch of the real shape."""
@@ -300,9 +304,9 @@ class ResNet50(Workload):
         batch = per_worker_eval_batch(config)
         if manifest is None:
             return _SyntheticEvaluator(config, dist, batch)
-        from mlperf_keras.inputs import records
+        from mlperf_keras.inputs import manifest as prepared
 
-        paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
+        paths = prepared.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
         return _TopOneEvaluator(config, dist, paths, manifest["counts"]["val_images"], batch,
                                 self._label_offset(config, manifest))
 
@@ -336,21 +340,29 @@ class ResNet50(Workload):
 
 
 def train_crop(hparams):
-    """The training crop (inputs.image.CropParams) the hparams crop_area, crop_aspect and crop_min_covered give."""
-    from mlperf_keras.inputs import image
+    """The training crop (inputs.image_geometry.CropParams) the hparams crop_area, crop_aspect and crop_min_covered
+    give."""
+    from mlperf_keras.inputs import image_geometry
 
-    return image.CropParams(area_range=tuple(hparams["crop_area"]), aspect_ratio_range=tuple(hparams["crop_aspect"]),
+    return image_geometry.CropParams(area_range=tuple(hparams["crop_area"]), aspect_ratio_range=tuple(hparams["crop_aspect"]),
                             min_object_covered=hparams["crop_min_covered"])
+
+
+def input_pipeline(config) -> str:
+    """Which input pipeline the hparam input_pipeline picks here: tf.data, gpu or host (inputs/imagenet_gpu)."""
+    from mlperf_keras.inputs import imagenet_gpu
+
+    return imagenet_gpu.choose_pipeline(config.hparams["input_pipeline"])
 
 
 class _ImageNetTrainData(TrainData):
     def __init__(self, config, dist, paths, steps, samples, label_offset, worker_images):
-        from mlperf_keras.inputs import image
+        from mlperf_keras.inputs import manifest as prepared
 
         self.config, self.rank, self.paths = config, dist.rank, paths
         self.steps_per_epoch, self.samples_per_epoch = steps, samples
         self.label_offset, self.worker_images = label_offset, worker_images
-        image.check_epoch_fits(worker_images, config.per_worker_batch_size, steps)   # fail now, not at epoch 1
+        prepared.check_epoch_fits(worker_images, config.per_worker_batch_size, steps)   # fail now, not at epoch 1
 
     def dataset(self, epoch):
         from mlperf_keras.inputs import image
@@ -363,9 +375,19 @@ class _ImageNetTrainData(TrainData):
             label_offset=self.label_offset, num_images=self.worker_images)
 
     def batches(self, epoch):
-        from mlperf_keras.inputs import records
+        pipeline = input_pipeline(self.config)
+        if pipeline == "tf.data":
+            from mlperf_keras.inputs import records
 
-        return records.backend_batches(self.dataset(epoch))
+            return records.backend_batches(self.dataset(epoch))
+        from mlperf_keras.inputs import imagenet_gpu
+
+        hp = self.config.hparams
+        return imagenet_gpu.train_batches(
+            self.paths, imagenet_gpu.make_decoder(pipeline), seed=self.config.seed, epoch=epoch, rank=self.rank,
+            batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
+            image_size=hp["image_size"], crop=train_crop(hp), shuffle_buffer=hp["shuffle_buffer"],
+            label_offset=self.label_offset)
 
 
 def _count_top1(logits, labels) -> tuple[int, int]:
@@ -382,14 +404,24 @@ class _TopOneEvaluator(Evaluator):
         self.num_samples, self.batch, self.label_offset = total, batch, label_offset
 
     def evaluate(self, predict):
-        from mlperf_keras.inputs import image, records
         from mlperf_keras.inputs.manifest import DataError
 
         hp = self.config.hparams
-        dataset = image.classification_eval_dataset(self.paths, batch_size=self.batch, image_size=hp["image_size"],
-                                                    resize_min=hp["eval_resize"], label_offset=self.label_offset)
+        pipeline = input_pipeline(self.config)
+        if pipeline == "tf.data":
+            from mlperf_keras.inputs import image, records
+
+            batches = records.backend_batches(image.classification_eval_dataset(
+                self.paths, batch_size=self.batch, image_size=hp["image_size"], resize_min=hp["eval_resize"],
+                label_offset=self.label_offset))
+        else:
+            from mlperf_keras.inputs import imagenet_gpu
+
+            batches = imagenet_gpu.eval_batches(self.paths, imagenet_gpu.make_decoder(pipeline),
+                                                batch_size=self.batch, image_size=hp["image_size"],
+                                                resize_min=hp["eval_resize"], label_offset=self.label_offset)
         correct = seen = 0
-        for images, labels in records.backend_batches(dataset):
+        for images, labels in batches:
             c, n = _count_top1(predict(images), labels)
             correct, seen = correct + c, seen + n
         merged_correct, merged_seen = self.dist.sum_across_workers([correct, seen])
