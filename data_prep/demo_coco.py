@@ -3,9 +3,9 @@
 raw_dir/annotations/instances_train2017.json, instances_val2017.json and raw_dir/train2017/, val2017/ holding
 <12-digit image id>.jpg, as distributed. Each image shows one to three filled rectangles or ellipses on a textured,
 low-saturation background; each class has its own colour (so a small detector can learn it) and objects span
-10-60% of the image side. The classes are real COCO categories with ids that leave gaps (1 person, 3 car, 18 dog,
-44 bottle, 90 toothbrush) and "categories" lists all 80 official categories (ids 1..90 with gaps), so the prepared
-data has 80 classes as the real one does.
+10-60% of the image side (object_size). The classes are real COCO categories with ids that leave gaps (1 person,
+3 car, 18 dog, 44 bottle, 90 toothbrush) and "categories" lists all 80 official categories (ids 1..90 with gaps), so
+the prepared data has 80 classes as the real one does (all_categories=False: only the 5 drawn, for the ssd demo).
 
 What the real files have, and so does this (when there are enough images):
 - polygon segmentations, COCO areas (the mask area) and [x, y, w, h] float boxes with two decimals;
@@ -78,10 +78,11 @@ def _background(rng, width: int, height: int) -> np.ndarray:
     return base + 30 * waves[..., None]
 
 
-def _place(rng, width: int, height: int, taken: list, tries: int = 30):
-    """A box (x, y, w, h) of 10-60% of each image side that does not overlap the boxes already placed."""
+def _place(rng, width: int, height: int, taken: list, tries: int = 30, object_size=(0.1, 0.6)):
+    """A box (x, y, w, h) spanning object_size (fractions) of each image side that does not overlap the boxes
+    already placed."""
     for _ in range(tries):
-        w, h = rng.uniform(0.1, 0.6) * width, rng.uniform(0.1, 0.6) * height
+        w, h = rng.uniform(*object_size) * width, rng.uniform(*object_size) * height
         x, y = rng.uniform(0, width - w), rng.uniform(0, height - h)
         box = (round(x, 2), round(y, 2), round(w, 2), round(h, 2))
         if all(box[0] >= t[0] + t[2] or t[0] >= box[0] + box[2] or box[1] >= t[1] + t[3] or t[1] >= box[1] + box[3]
@@ -171,7 +172,7 @@ def _encode(array: np.ndarray, kind: str) -> bytes:
 
 
 def _split(rng, image_dir: str, ids: list[int], sizes: list, special: dict, annotation_ids, photo: bool,
-           max_objects: int):
+           max_objects: int, object_size):
     """Write one split's images; its (images, annotations) entries."""
     os.makedirs(image_dir, exist_ok=True)
     classes = sorted(DEMO_CLASSES)
@@ -187,7 +188,7 @@ def _split(rng, image_dir: str, ids: list[int], sizes: list, special: dict, anno
                 objects.append(crowd)
         if kind != "empty":
             for _ in range(int(rng.integers(1, max_objects + 1))):
-                box = _place(rng, width, height, taken)
+                box = _place(rng, width, height, taken, object_size=object_size)
                 if box is None:
                     break
                 taken.append(box)
@@ -224,13 +225,16 @@ def _split(rng, image_dir: str, ids: list[int], sizes: list, special: dict, anno
 
 
 def write_raw(raw_dir: str, num_train: int = 64, num_val: int = 16, size=((256, 384), (192, 288)), seed: int = 0,
-              oddities: bool = False, photo: bool = False, max_objects: int = 3) -> dict:
+              oddities: bool = False, photo: bool = False, max_objects: int = 3, object_size=(0.1, 0.6),
+              all_categories: bool = True) -> dict:
     """Write the official layout into raw_dir; returns what is where (file names of the special images, counts).
 
     size: (W, H) for every image, or ((W_min, W_max), (H_min, H_max)) for sizes drawn per image. Special images
     (first images of a split, in annotation-file order): train 0 grayscale, 1 without annotations, 2 with a crowd
     region (uncompressed RLE); val 0 with a crowd region (compressed RLE), 1 without annotations. oddities=True:
     train 3 is a CMYK JPEG, train 4 a PNG (both named .jpg), train 5 has a zero-width and a border-crossing box.
+    object_size: the (min, max) fraction of each image side an object spans. all_categories=False lists only the
+    drawn classes in "categories" (still COCO ids with gaps), so the prepared data has 5 classes, not 80.
     """
     rng = np.random.default_rng(seed)
     annotation_ids = iter(range(100_000 + 1000 * seed, 10**9))
@@ -243,11 +247,12 @@ def write_raw(raw_dir: str, num_train: int = 64, num_val: int = 16, size=((256, 
     info = {"train": {}, "val": {}}
     sizes = _sizes(rng, size, num_train + num_val)
     os.makedirs(os.path.join(raw_dir, "annotations"), exist_ok=True)
-    categories = [{"supercategory": sup, "id": cid, "name": name} for cid, name, sup in COCO_CATEGORIES]
+    categories = [{"supercategory": sup, "id": cid, "name": name} for cid, name, sup in COCO_CATEGORIES
+                  if all_categories or cid in DEMO_CLASSES]
     for split, ids, split_sizes, special in (("train", all_ids[:num_train], sizes[:num_train], train_special),
                                              ("val", all_ids[num_train:], sizes[num_train:], val_special)):
         images, annotations = _split(rng, os.path.join(raw_dir, f"{split}2017"), ids, split_sizes, special,
-                                     annotation_ids, photo, max_objects)
+                                     annotation_ids, photo, max_objects, object_size)
         document = {"info": {"description": "COCO-format demo data (generated)", "version": "1.0", "year": 2017},
                     "licenses": [{"url": "", "id": 1, "name": "generated"}],
                     "images": images, "annotations": annotations, "categories": categories}

@@ -15,7 +15,7 @@ from tests.conftest import mllog_events, run_cli
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, seed", [("ncf", 7), ("resnet", 8), ("transformer", 3)])
+@pytest.mark.parametrize("model, seed", [("ncf", 7), ("resnet", 8), ("transformer", 3), ("ssd", 5)])
 def test_demo_reaches_its_target_on_another_seed(model, seed, tmp_path):
     proc = run_cli("mlperf_keras.train", f"--model={model}", f"--seed={seed}", f"--cache_dir={tmp_path / 'cache'}",
                    f"--output_dir={tmp_path / 'runs'}", timeout=600)
