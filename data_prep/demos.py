@@ -15,6 +15,14 @@ class Demo:
     what: str                                   # what write_raw generates, for its log line
     write_raw: Callable[[str], None]            # raw_dir
     prepare_raw: Callable[[str, str, Callable], None]   # raw_dir, prepared_dir, log
+    version: int = 1                            # raised when the generated data changes, so old caches are not reused
+
+
+def demo_root(name: str, cache_dir: str) -> str:
+    """Where workload `name`'s demo data lives in cache_dir: <name> for the first version of its data, <name>-v<N>
+    after it changed (a cache prepared by an older release keeps its folder and is left alone)."""
+    version = DEMOS[name].version
+    return os.path.join(cache_dir, name if version == 1 else f"{name}-v{version}")
 
 
 def _write_ncf(raw_dir):
@@ -98,7 +106,8 @@ def _prepare_transformer(raw_dir, prepared_dir, log):
 DEMOS = {
     "ncf": Demo("a small MovieLens-format ratings.csv", _write_ncf, _prepare_ncf),
     "resnet": Demo("small ImageNet-format tars (10 classes)", _write_resnet, _prepare_resnet),
-    "ssd": Demo("a small COCO-format dataset", _write_ssd, _prepare_ssd),
+    # v2: only the 5 drawn classes, objects of 20-70% of the side (v1 listed COCO's 80 and drew smaller objects).
+    "ssd": Demo("a small COCO-format dataset", _write_ssd, _prepare_ssd, version=2),
     "maskrcnn": Demo("a small COCO-format dataset with masks", _write_maskrcnn, _prepare_maskrcnn),
     "gnmt": Demo("a small WMT16-format corpus (German = English words translated word by word)", _write_gnmt,
                  _prepare_gnmt),
@@ -112,12 +121,12 @@ def prepare(name: str, cache_dir: str, log=print, wait_timeout_s: float = 1800.0
     once.
 
     Safe when several workers start on an empty cache at once (horovodrun -np N without --data_dir): the
-    process holding an exclusive lock on cache_dir/<name>/.prepare.lock generates and prepares, the others wait
+    process holding an exclusive lock on demo_root(name, cache_dir)/.prepare.lock generates and prepares, the others wait
     for it (a line every 30 s; a DataError after wait_timeout_s) and then read what it prepared."""
     from mlperf_keras.inputs.manifest import DataError, read_manifest
 
     demo = DEMOS[name]
-    root = os.path.join(cache_dir, name)
+    root = demo_root(name, cache_dir)
     prepared = os.path.join(root, "prepared")
 
     def ready() -> bool:

@@ -160,7 +160,7 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
             seed: int = 0, vocab_sample: int = 2_000_000, threads: int | None = None, byte_fallback: bool = True,
             workload: str = "transformer", overwrite: bool = False, log=print, subword_min_count: int = 6,
             vocab_file: str | None = None, drop_empty: bool = False) -> dict:
-    from mlperf_keras.inputs import text
+    from mlperf_keras.inputs import text, vocabulary
 
     if vocab_kind not in VOCAB_KINDS:
         raise DataError(f"--vocab_kind={vocab_kind!r}: expected one of {', '.join(VOCAB_KINDS)}")
@@ -203,7 +203,7 @@ def prepare(raw_dir: str, output_dir: str, corpora=REFERENCE_CORPORA, vocab_kind
             vocab_name = f"vocab.{vocab_kind}.{vocab_size}.model"
             os.replace(model_path, out.path(vocab_name))
             tokenizer = "sentencepiece"
-        vocab = text.open_vocabulary(out.path(vocab_name), tokenizer)
+        vocab = vocabulary.open_vocabulary(out.path(vocab_name), tokenizer)
         log(f"  {len(vocab):,} entries in {time.time() - t1:.0f} s")
 
         t1 = time.time()

@@ -6,12 +6,12 @@ import collections
 import json
 import math
 import os
-import types
 
 import numpy as np
 import pytest
 
 from mlperf_keras.inputs import text
+from mlperf_keras.inputs.vocabulary import BpeVocabulary
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.workloads.gnmt import GNMT, smoothed_loss
 from tests.conftest import as_closed_division, assert_checker_fails_only_on_the_target, train_values
@@ -160,7 +160,7 @@ def test_eval_set_decodes_back_to_the_tokenised_test_source(gnmt_data):
     data_dir, manifest = gnmt_data
     sources, references, vocab_path = text.load_eval_records(data_dir, manifest)
     assert len(sources) == len(references) == 100
-    vocabulary = text.BpeVocabulary(vocab_path, lang="en")
+    vocabulary = BpeVocabulary(vocab_path, lang="en")
     raw = [line.split(">", 1)[1].rsplit("</seg>", 1)[0] for line in open(
         os.path.join(os.path.dirname(data_dir), "raw", "dev", "dev", "newstest2014-deen-src.en.sgm"))
         if line.startswith("<seg")]
@@ -170,7 +170,7 @@ def test_eval_set_decodes_back_to_the_tokenised_test_source(gnmt_data):
 def test_bpe_vocabulary_removes_separators_and_detokenises(tmp_path):
     path = tmp_path / "vocab"
     path.write_text("<pad>\n<unk>\n<s>\n<\\s>\nHal@@\nlo\n,\nWelt\n&quot;\n")
-    vocabulary = text.BpeVocabulary(str(path))
+    vocabulary = BpeVocabulary(str(path))
     assert vocabulary.decode([2, 8, 4, 5, 6, 7, 8, 3, 0]) == '"Hallo, Welt"'
     assert vocabulary.decode([4, 5, 1]) == "Hallo <unk>"
 
@@ -180,7 +180,7 @@ def test_detokenises_with_english_rules_as_the_references_detokenizer_perl(tmp_p
     whose default is `my $language = "en";`: an apostrophe-word joins the word before it (English only)."""
     path = tmp_path / "vocab"
     path.write_text("<pad>\n<unk>\n<s>\n<\\s>\nPeter\n&apos;s\nHaus\n")
-    vocabulary = text.BpeVocabulary(str(path))
+    vocabulary = BpeVocabulary(str(path))
     assert vocabulary.decode([2, 4, 5, 6, 3]) == "Peter's Haus"           # German rules: "Peter 's Haus"
     assert vocabulary.decode([4, 8]) == "Peter madeupword0001"            # padding ids: the reference's names
 

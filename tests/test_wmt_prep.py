@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from data_prep import wmt, wmt_common
-from mlperf_keras.inputs import text
+from mlperf_keras.inputs import text, vocabulary
 from mlperf_keras.inputs.manifest import DataError, read_manifest, verify_files
 from tests.conftest import run_cli
 
@@ -53,7 +53,7 @@ def test_prepares_archives_into_aligned_encoded_shards(dictionary_raw, tmp_path)
     assert counts["train_pairs"] == 1500 - counts["dropped_long"] - counts["dropped_empty"]
     train = [f for f in manifest["files"] if f["split"] == "train"]
     assert len(train) == 3 and sum(f["rows"] for f in train) == counts["train_pairs"]
-    vocab = text.Vocabulary(str(out / "vocab.unigram.64.model"))
+    vocab = vocabulary.Vocabulary(str(out / "vocab.unigram.64.model"))
     seen = 0
     for entry in train:
         pairs = read_pairs(str(out / entry["name"]))
@@ -88,7 +88,7 @@ def test_unpacked_folders_give_the_same_dataset_as_archives(dictionary_raw, tmp_
     data = lambda m: [(f["name"], f["sha256"]) for f in m["files"] if f["split"] != "vocab"]  # noqa: E731
     assert data(a) == data(b) and len(data(a)) == 5
     # the vocabulary model embeds its (temporary) input paths; its pieces are the same
-    pieces = [text.Vocabulary(str(tmp_path / d / "vocab.unigram.64.model")).sp for d in ("a", "b")]
+    pieces = [vocabulary.Vocabulary(str(tmp_path / d / "vocab.unigram.64.model")).sp for d in ("a", "b")]
     assert [pieces[0].id_to_piece(i) for i in range(64)] == [pieces[1].id_to_piece(i) for i in range(64)]
 
 

@@ -23,6 +23,9 @@ taps read.
 
 Without nvImageCodec, CuPy or a CUDA device the same host work runs with PIL decoding (threads) into the same canvas
 in host memory, then the same jitted function: said once on the console.
+
+One file over 400 lines on purpose: it is one pipeline whose steps above run in order on shared per-batch state (the
+reader, the crop plan, the canvas); the geometry is already apart in image_geometry.py.
 """
 from __future__ import annotations
 

@@ -245,7 +245,7 @@ def load_subwords(path: str, reserved=RESERVED_TOKENS) -> list[str]:
 # Encoding and decoding
 
 class SubwordTextEncoder:
-    """text <-> ids with a subword list (0 = <pad>, 1 = <EOS>); the interface of inputs.text.Vocabulary."""
+    """text <-> ids with a subword list (0 = <pad>, 1 = <EOS>); the interface of inputs.vocabulary.Vocabulary."""
 
     kind = "subword"
 

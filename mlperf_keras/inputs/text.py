@@ -20,6 +20,9 @@ bucket. GNMT's batches are dealt differently, by rows of full global batches as 
 (GlobalBatchTrainPipeline, at the end of this module).
 Everything except TrainPipeline, load_eval_records, load_eval_set and the TFRecord helpers is NumPy only (no TensorFlow import), so the
 synthetic source serves JAX-only machines.
+
+One file over 400 lines on purpose: both translation batchers, their synthetic stand-ins and the record helpers share
+BucketPlan and the length histograms; the vocabularies live in vocabulary.py and subword.py.
 """
 from __future__ import annotations
 
@@ -29,10 +32,10 @@ import os
 
 import numpy as np
 
+from mlperf_keras.inputs import vocabulary
+from mlperf_keras.inputs.vocabulary import EOS_ID, PAD_ID
 from mlperf_keras.inputs.manifest import DataError, worker_shards
 
-PAD_ID = 0
-EOS_ID = 1
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -327,43 +330,7 @@ def load_eval_set(data_dir: str, manifest: dict):
     vocabulary named by the manifest's options.tokenizer (open_vocabulary)."""
     sources, references, vocab_path = load_eval_records(data_dir, manifest)
     tokenizer = manifest.get("options", {}).get("tokenizer", "sentencepiece")
-    return sources, np.arange(len(sources)), references, open_vocabulary(vocab_path, tokenizer).decode
-
-
-def open_vocabulary(path: str, tokenizer: str):
-    """The prepared dataset's vocabulary, by the manifest's options.tokenizer: "subword" (tensor2tensor's
-    SubwordTextEncoder, inputs/subword.py) or "sentencepiece"."""
-    if tokenizer == "subword":
-        from mlperf_keras.inputs.subword import SubwordTextEncoder
-
-        return SubwordTextEncoder.from_file(path)
-    if tokenizer == "sentencepiece":
-        return Vocabulary(path)
-    raise DataError(f"{path}: unknown tokenizer {tokenizer!r} in the manifest (prepare the data again)")
-
-
-class Vocabulary:
-    """A sentencepiece model: text <-> ids, 0 = padding, 1 = EOS."""
-
-    kind = "sentencepiece"
-
-    def __init__(self, path: str):
-        import sentencepiece as spm
-
-        try:
-            self.sp = spm.SentencePieceProcessor(model_file=path)
-        except (OSError, RuntimeError) as e:
-            raise DataError(f"{path}: not a sentencepiece model ({e})") from None
-
-    def __len__(self):
-        return self.sp.get_piece_size()
-
-    def encode(self, lines, num_threads: int = 1) -> list[list[int]]:
-        """Ids of each line, EOS appended."""
-        return [ids + [EOS_ID] for ids in self.sp.encode(list(lines), num_threads=num_threads)]
-
-    def decode(self, ids) -> str:
-        return self.sp.decode([int(t) for t in ids if t not in (PAD_ID, EOS_ID)])
+    return sources, np.arange(len(sources)), references, vocabulary.open_vocabulary(vocab_path, tokenizer).decode
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -404,7 +371,7 @@ def parse_eval(record):
 
 __all__ = ["PAD_ID", "EOS_ID", "BucketPlan", "length_histogram", "worker_length_histogram",
            "synthetic_length_histogram", "to_model_inputs", "TrainPipeline", "SyntheticTextBatches",
-           "padding_fraction", "eval_batches", "pad_eval_batch", "synthetic_eval_set", "load_eval_set", "open_vocabulary", "Vocabulary",
+           "padding_fraction", "eval_batches", "pad_eval_batch", "synthetic_eval_set", "load_eval_set",
            "serialize_pair", "serialize_eval", "parse_pair", "parse_eval"]
 
 
@@ -478,35 +445,4 @@ class GlobalBatchTrainPipeline:
         return ds.as_numpy_iterator() if self.as_numpy else iter(ds)
 
 
-class BpeVocabulary:
-    """A subword-nmt vocabulary file (one token a line, ids by line): ids -> text as the GNMT reference's
-    Tokenizer.detokenize (join, remove the "@@ " separators, <pad>, <s> and </s>; <unk> stays) then Moses
-    detokenisation (sacremoses, for the reference's detokenizer.perl) for sacrebleu. The reference runs
-    detokenizer.perl without -l (seq2seq/inference/inference.py at 69dbe8b, run_detokenizer), so with its default
-    language, English, whatever the target language: lang="en". Ids past the file are the reference's padding
-    tokens madeupword0000, ... (a vocabulary padded to a multiple of 8 under fp16)."""
-
-    def __init__(self, path: str, lang: str = "en", dropped=(0, 2, 3)):
-        with open(path, encoding="utf-8") as f:
-            self.tokens = [line.rstrip("\n") for line in f]
-        self.dropped = set(dropped)
-        from sacremoses import MosesDetokenizer
-
-        self.detokenizer = MosesDetokenizer(lang=lang)
-
-    def __len__(self):
-        return len(self.tokens)
-
-    def token(self, i: int) -> str:
-        return self.tokens[i] if i < len(self.tokens) else f"madeupword{i - len(self.tokens):04d}"
-
-    def subwords(self, ids) -> str:
-        words = " ".join(self.token(int(t)) for t in ids if int(t) not in self.dropped)
-        return words.replace("@@ ", "").replace("@@", "").strip()
-
-    def decode(self, ids) -> str:
-        return self.detokenizer.detokenize(self.subwords(ids).split())
-
-
-__all__ += ["sentence_bucket_plan", "GlobalBatchTrainPipeline", "global_batch_steps", "load_eval_records",
-            "BpeVocabulary"]
+__all__ += ["sentence_bucket_plan", "GlobalBatchTrainPipeline", "global_batch_steps", "load_eval_records"]

@@ -43,7 +43,7 @@ import os
 
 import numpy as np
 
-from mlperf_keras.inputs import text
+from mlperf_keras.inputs import text, vocabulary
 from mlperf_keras.inputs.manifest import worker_shards
 from mlperf_keras.workloads.translation import TextTrainData, TranslationWorkload
 
@@ -251,7 +251,7 @@ class GNMT(TranslationWorkload):
             total = len(sources)
         else:
             sources, references, vocab_path = text.load_eval_records(config.data_dir, manifest)
-            detokenize = text.BpeVocabulary(vocab_path).decode
+            detokenize = vocabulary.BpeVocabulary(vocab_path).decode
             total = manifest["counts"]["eval_sentences"]
         from mlperf_keras.metrics.bleu import BleuEvaluator
 

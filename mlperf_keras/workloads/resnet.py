@@ -28,6 +28,9 @@ Differences from the references:
 - the v0.5 reference's head has 1001 classes (class 0 unused); here 1000 unless num_classes=1001.
 
 Input: data_prep.imagenet records; inputs.image's reference preprocessing; uint8 until the model's first layer.
+
+One file over 400 lines on purpose: the per-round reference notes above and the Workload class that implements them
+belong together (as every workload module), and the model itself lives in layers/resnet.py.
 """
 from __future__ import annotations
 
