@@ -17,6 +17,15 @@ Three numbers are measured in the same process:
   bare   the compiled train step called back to back (the ceiling of our own code),
   loop   the same step driven by loop.run_epoch, exactly as training runs it,
   step time median/p90   each step timed on its own with a wait for the device (latency, not throughput).
+
+With --data_dir (prepared records) the batch above is the pipeline's first, and two more numbers follow:
+  fed       the step fed by the workload's real input pipeline (the batches training would get, decoded and
+            augmented as they arrive), after an untimed pass over the same batches that compiles every shape;
+  resident  the same batches copied to the device first, then stepped back to back: what the step does on
+            exactly that mix of shapes. fed / resident is the share of the step the input pipeline keeps up with.
+Host CPU is the process's user + system time over the wall time (cores busy; threads included, and processes
+the pipeline started and already waited for).
+With --input_only the model is not built: the input pipeline alone, its samples/s and host CPU-ms per sample.
 """
 from __future__ import annotations
 
@@ -40,6 +49,8 @@ flags.DEFINE_string("json_out", None, "Also write the results as JSON to this fi
 flags.DEFINE_string("save_batch", None, "Also write the measured batch to this .npz (inputs under their names, "
                     "labels as 'labels'), so that a peer can be timed on the same data "
                     "(benchmarks/torch_peers.py --batch_file).")
+flags.DEFINE_bool("input_only", False, "With --data_dir: time the input pipeline alone (no model): samples/s, host "
+                  "CPU-ms per sample and cores busy.")
 flags.DEFINE_integer("decode_batches", 0, "Time beam-search decoding instead of training (gnmt, transformer): this "
                      "many eval batches of the eval set's most common padded source length.")
 FLAGS = flags.FLAGS
@@ -91,6 +102,77 @@ def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers
             "loop_vs_bare": through_loop / bare}
 
 
+def _stream(source):
+    """The pipeline's batches, epoch after epoch (a benchmark may time more batches than an epoch holds)."""
+    import itertools
+
+    for epoch in itertools.count():
+        yield from source.batches(epoch)
+
+
+def _host_cpu_s() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _wait_for(batch):
+    """Block until a batch the pipeline left on the device (the JAX GPU pipelines) is there."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        jax.block_until_ready(batch)
+
+
+def measure_input(source, count_samples, steps: int, warmup: int) -> dict:
+    """The input pipeline alone: `warmup` batches untimed (start-up: file opening, shuffle buffers), then `steps`."""
+    import itertools
+
+    batches = _stream(source)
+    for batch in itertools.islice(batches, warmup):
+        pass
+    cpu, start, samples = _host_cpu_s(), time.perf_counter(), 0
+    for batch in itertools.islice(batches, steps):
+        samples += count_samples(batch)
+    _wait_for(batch)
+    seconds, cpu = time.perf_counter() - start, _host_cpu_s() - cpu
+    return {"input_samples_per_s": samples / seconds, "input_host_cpu_ms_per_sample": 1e3 * cpu / samples,
+            "input_host_cores_busy": cpu / seconds, "input_batches": steps, "input_samples": samples}
+
+
+def measure_fed(step, source, count_samples, steps: int, warmup: int) -> dict:
+    """The step fed by the input pipeline against the same batches resident on the device (see the module doc)."""
+    import itertools
+
+    def run(batches):
+        loss = None
+        for x, y in batches:
+            loss = step(x, y)
+        return _block(loss)
+
+    run(itertools.islice(_stream(source), warmup + steps))   # compiles every shape these batches have
+    batches = _stream(source)
+    run(itertools.islice(batches, warmup))
+    cpu, start, samples, seen = _host_cpu_s(), time.perf_counter(), 0, []
+    loss = None
+    for x, y in itertools.islice(batches, steps):
+        loss = step(x, y)
+        samples += count_samples((x, y))
+        seen.append((x, y))
+    _block(loss)
+    fed_s, cpu = time.perf_counter() - start, _host_cpu_s() - cpu
+    resident = [step.to_device(batch) for batch in seen]
+    start = time.perf_counter()
+    run(resident)
+    resident_s = time.perf_counter() - start
+    return {"fed_samples_per_s": samples / fed_s, "resident_samples_per_s": samples / resident_s,
+            "fed_vs_resident": resident_s / fed_s, "fed_host_cores_busy": cpu / fed_s,
+            "fed_host_cpu_ms_per_sample": 1e3 * cpu / samples, "fed_batches": steps}
+
+
 def measure_decode(evaluator, num_batches: int) -> dict:
     """Sentences/s of evaluator.translate() over num_batches of its batches of one padded length (the most common
     one, so one compile); the first pass compiles and is not timed. A model that never emits EOS (random weights)
@@ -139,8 +221,13 @@ def main(argv):
         values = train_cli.with_values(FLAGS, synthetic=FLAGS.synthetic or FLAGS.data_dir is None, dry_run=False)
         # No MLPerf result is written here: an --hparams item the closed division may not change is timed, and the
         # result says its configuration is open-division, rather than being refused as train refuses it.
+        if FLAGS.input_only and (FLAGS.data_dir is None or FLAGS.decode_batches > 0):
+            raise ConfigError("--input_only times the input pipeline of prepared records: give --data_dir, and "
+                              "not --decode_batches")
         workload, manifest, config = train_cli.resolve(values, dist, closed_lock=False)
         division = _timed_division(workload, config, dist, manifest)
+        if FLAGS.input_only:
+            return _input_only_main(workload, config, dist, manifest)
         model, step = loop.build(config, workload, dist, manifest)
         if FLAGS.decode_batches > 0:
             return _decode_main(workload, config, dist, manifest)
@@ -164,6 +251,13 @@ def main(argv):
               f"--backbone_weights, or a smaller --hparams=learning_rate (the step's work does not depend on it)",
               file=sys.stderr)
         return EXIT_DIVERGED
+    if manifest is not None:
+        try:
+            result.update(measure_fed(step, source, lambda b: workload.samples_in_batch(b, config) * dist.world_size,
+                                      FLAGS.steps, FLAGS.warmup_steps))
+        except NonFiniteLoss as e:
+            print(f"error: {e} while fed from the input pipeline, so no fed throughput is reported", file=sys.stderr)
+            return EXIT_DIVERGED
     peak = config.system.peak_tflops
     devices = max(1, config.system.accelerators_per_worker) * dist.world_size
     # FLOPs per sample are the reference model's: a model resized by --hparams gets no FLOP figures.
@@ -192,6 +286,31 @@ def main(argv):
               f"  bare  {_rate(result['bare_samples_per_s'])} {unit}/s\n"
               f"  step  median {result['step_ms_median']:.2f} ms, p90 {result['step_ms_p90']:.2f} ms\n"
               f"  {result['train_tflops_per_s']:.2f} TFLOP/s ({peak_text})")
+        if "fed_samples_per_s" in result:
+            print(f"  fed   {_rate(result['fed_samples_per_s'])} {unit}/s from the input pipeline "
+                  f"({result['fed_batches']} batches), {result['fed_vs_resident']:.1%} of the same batches "
+                  f"resident on the device ({_rate(result['resident_samples_per_s'])} {unit}/s); host "
+                  f"{result['fed_host_cores_busy']:.1f} cores busy, {result['fed_host_cpu_ms_per_sample']:.3g} "
+                  f"CPU-ms per {unit[:-1] if unit.endswith('s') else unit}")
+        _write_json(result)
+    return 0
+
+
+def _input_only_main(workload, config, dist, manifest) -> int:
+    source = workload.train_data(config, dist, manifest)
+    result = measure_input(source, lambda b: workload.samples_in_batch(b, config), FLAGS.steps, FLAGS.warmup_steps)
+    unit = workload.throughput_unit
+    shapes = next(iter(source.batches(0)))[0]
+    result.update({"model": config.model, "backend": config.backend, "unit": unit, "workers": dist.world_size,
+                   "global_batch_size": config.global_batch_size,
+                   "batch_shapes": {k: list(getattr(v, "shape", ())) for k, v in
+                                    (shapes.items() if isinstance(shapes, dict) else [("x", shapes)])}})
+    if dist.is_chief:
+        print(f"{config.model} input pipeline alone ({config.backend}, batch {config.per_worker_batch_size} per "
+              f"worker, {result['input_batches']} batches after {FLAGS.warmup_steps} untimed):\n"
+              f"  {_rate(result['input_samples_per_s'])} {unit}/s per worker; host {result['input_host_cores_busy']:.1f} "
+              f"cores busy, {result['input_host_cpu_ms_per_sample']:.3g} CPU-ms per "
+              f"{unit[:-1] if unit.endswith('s') else unit}")
         _write_json(result)
     return 0
 
