@@ -264,7 +264,7 @@ def test_evaluator_splits_the_test_set_and_merges_bleu_exactly(copy_data, monkey
     workload.model = None
     manifest = manifest_of(copy_data)
     config = types.SimpleNamespace(hparams={**workload.reference_hparams("0.7"), "eval_batch_size": 16},
-                                   jit_compile=False, data_dir=copy_data)
+                                   jit_compile=False, data_dir=copy_data, backend="tensorflow")
     single = workload.evaluator(config, distribute.SingleProcess(), manifest)
     assert single.num_samples == 60 and len(single.sources) == 60
     assert single.evaluate(None) == pytest.approx(100.0)  # the references against themselves, whole eval path

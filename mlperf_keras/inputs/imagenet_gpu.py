@@ -23,22 +23,17 @@ taps read.
 
 Without nvImageCodec, CuPy or a CUDA device the same host work runs with PIL decoding (threads) into the same canvas
 in host memory, then the same jitted function: said once on the console.
-
-One file over 400 lines on purpose: it is one pipeline whose steps above run in order on shared per-batch state (the
-reader, the crop plan, the canvas); the geometry is already apart in image_geometry.py.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import io
 import os
-import queue
-import threading
 from typing import Iterator
 
 import numpy as np
 
-from mlperf_keras.inputs import image_geometry, record_reader
+from mlperf_keras.inputs import image_geometry, record_reader, record_streams
 from mlperf_keras.inputs.manifest import DataError
 
 PIPELINES = ("auto", "tf.data", "gpu", "host")
@@ -47,53 +42,6 @@ _said: set = set()
 
 
 # ---- record order ----
-
-def _interleave(paths: list[str], cycle_length: int) -> Iterator[bytes]:
-    """Records of up to cycle_length open files one at a time in turn; a finished file's slot takes the next file
-    (tf.data's interleave with block_length=1)."""
-    pending = iter(paths)
-    slots = []
-    for path in pending:
-        slots.append(record_reader.iter_records(path))
-        if len(slots) == cycle_length:
-            break
-    while slots:
-        i = 0
-        while i < len(slots):
-            try:
-                yield next(slots[i])
-                i += 1
-            except StopIteration:
-                nxt = next(pending, None)
-                if nxt is None:
-                    del slots[i]
-                else:
-                    slots[i] = record_reader.iter_records(nxt)
-
-
-def _shuffled(stream: Iterator[bytes], buffer_size: int, rng: np.random.Generator) -> Iterator[bytes]:
-    """tf.data's shuffle: a buffer of buffer_size elements, each output a uniform pick replaced by the next input."""
-    buffer, uniforms, used = [], rng.random(4096), 0
-
-    def pick() -> int:
-        nonlocal uniforms, used
-        if used == len(uniforms):  # drawn in blocks: one Generator call per record costs more than the rest
-            uniforms, used = rng.random(4096), 0
-        used += 1
-        return int(uniforms[used - 1] * len(buffer))
-
-    for record in stream:
-        if len(buffer) < buffer_size:
-            buffer.append(record)
-            continue
-        i = pick()
-        yield buffer[i]
-        buffer[i] = record
-    while buffer:
-        i = pick()
-        buffer[i], buffer[-1] = buffer[-1], buffer[i]
-        yield buffer.pop()
-
 
 def train_record_stream(paths: list[str], *, seed: int, epoch: int, num_samples: int, shuffle_buffer: int = 10_000,
                         cycle_length: int = 10) -> Iterator[bytes]:
@@ -105,9 +53,9 @@ def train_record_stream(paths: list[str], *, seed: int, epoch: int, num_samples:
     out = 0
     while True:
         order = [paths[i] for i in rng.permutation(len(paths))]
-        stream = _interleave(order, max(1, min(cycle_length, len(order))))
+        stream = record_streams.interleave(order, max(1, min(cycle_length, len(order))))
         if shuffle_buffer > 1:
-            stream = _shuffled(stream, shuffle_buffer, rng)
+            stream = record_streams.shuffled(stream, shuffle_buffer, rng)
         empty = True
         for record in stream:
             empty = False
@@ -123,7 +71,7 @@ def eval_record_stream(paths: list[str], cycle_length: int = 10) -> Iterator[byt
     """Every record of `paths` once, files interleaved in the given order (as inputs/records.record_dataset)."""
     if not paths:
         raise DataError("no record files to read")
-    return _interleave(list(paths), max(1, min(cycle_length, len(paths))))
+    return record_streams.interleave(list(paths), max(1, min(cycle_length, len(paths))))
 
 
 def _jpeg_and_label(serialized: bytes, label_offset: int) -> tuple[bytes, int]:
@@ -367,41 +315,6 @@ def choose_pipeline(requested: str) -> str:
 
 # ---- batches ----
 
-def _prefetched(make: Iterator, depth: int):
-    """The items of `make` built by a background thread, up to depth ahead; its errors re-raised here."""
-    items: queue.Queue = queue.Queue(maxsize=max(1, depth))
-    done = object()
-    stop = threading.Event()
-
-    def work():
-        try:
-            for item in make:
-                while not stop.is_set():
-                    try:
-                        items.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            items.put(done)
-        except BaseException as e:  # noqa: BLE001 (handed to the consumer)
-            items.put(e)
-
-    thread = threading.Thread(target=work, daemon=True, name="imagenet-input")
-    thread.start()
-    try:
-        while True:
-            item = items.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-
-
 def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                   image_size: int, crop: image_geometry.CropParams = image_geometry.CropParams(),
                   shuffle_buffer: int = 10_000, label_offset: int = 0, cycle_length: int = 10,
@@ -418,7 +331,7 @@ def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int
             geometry, _ = train_geometry(sizes, rng, image_size, crop)
             yield list(jpegs), geometry, np.array(labels, np.int32)
 
-    return _decoded(_prefetched(plan(), prefetch), decoder, prefetch)
+    return _decoded(record_streams.prefetched(plan(), prefetch, "imagenet-input"), decoder, prefetch)
 
 
 def _decoded(plans: Iterator, decoder, prefetch: int) -> Iterator:
@@ -430,7 +343,7 @@ def _decoded(plans: Iterator, decoder, prefetch: int) -> Iterator:
             canvas = decoder.canvas(jpegs, geometry)
             yield resize_from_canvas(canvas, geometry.taps(), geometry.valid), labels
 
-    return _prefetched(decode(), prefetch)
+    return record_streams.prefetched(decode(), prefetch, "imagenet-input")
 
 
 def eval_batches(paths: list[str], decoder, *, batch_size: int, image_size: int, resize_min: int,
@@ -453,7 +366,7 @@ def eval_batches(paths: list[str], decoder, *, batch_size: int, image_size: int,
             if missing:
                 return
 
-    return _decoded(_prefetched(plan(), prefetch), decoder, prefetch)
+    return _decoded(record_streams.prefetched(plan(), prefetch, "imagenet-input"), decoder, prefetch)
 
 
 __all__ = ["BatchGeometry", "GpuDecoder", "HostDecoder", "PIPELINES", "choose_pipeline", "eval_batches", "eval_geometry",

@@ -18,8 +18,9 @@ worker with the most batches needs, and a worker with fewer ends its epoch with 
 no gradient), as the Transformer reference's single-worker epoch is one full pass with partial last batches per
 bucket. GNMT's batches are dealt differently, by rows of full global batches as its reference's sampler
 (GlobalBatchTrainPipeline, at the end of this module).
-Everything except TrainPipeline, load_eval_records, load_eval_set and the TFRecord helpers is NumPy only (no TensorFlow import), so the
-synthetic source serves JAX-only machines.
+Everything except the TFRecord helpers is NumPy only where TensorFlow is missing: the pipelines and eval loaders read
+with tf.data, or with reader="numpy" with inputs/text_numpy (the JAX backend's choice where TensorFlow is not
+installed), and the synthetic source never imports it.
 
 One file over 400 lines on purpose: both translation batchers, their synthetic stand-ins and the record helpers share
 BucketPlan and the length histograms; the vocabularies live in vocabulary.py and subword.py.
@@ -32,7 +33,7 @@ import os
 
 import numpy as np
 
-from mlperf_keras.inputs import vocabulary
+from mlperf_keras.inputs import text_numpy, vocabulary
 from mlperf_keras.inputs.vocabulary import EOS_ID, PAD_ID
 from mlperf_keras.inputs.manifest import DataError, worker_shards
 
@@ -170,10 +171,10 @@ class TrainPipeline:
     needs: no pair is cut off)."""
 
     def __init__(self, files, plan: BucketPlan, max_length: int, steps: int, shuffle_buffer: int, seed: int,
-                 rank: int = 0, as_numpy: bool = False, cycle_length: int = 8):
+                 rank: int = 0, as_numpy: bool = False, cycle_length: int = 8, reader: str = "tf.data"):
         self.files, self.plan, self.max_length, self.steps = list(files), plan, max_length, steps
         self.shuffle_buffer, self.seed, self.rank, self.as_numpy = shuffle_buffer, seed, rank, as_numpy
-        self.cycle_length = cycle_length
+        self.cycle_length, self.reader = cycle_length, reader
 
     def dataset(self, epoch: int):
         import tensorflow as tf
@@ -207,6 +208,10 @@ class TrainPipeline:
         return ds.map(split).take(self.steps).prefetch(2)
 
     def batches(self, epoch: int):
+        if self.reader == "numpy":
+            return (to_model_inputs(source, target) for source, target in text_numpy.train_batches(
+                self.files, self.plan, self.max_length, self.steps, self.shuffle_buffer,
+                _epoch_seed(self.seed, self.rank, epoch), self.cycle_length))
         ds = self.dataset(epoch)
         return ds.as_numpy_iterator() if self.as_numpy else iter(ds)
 
@@ -302,20 +307,24 @@ def synthetic_eval_set(sentences: int, vocab_size: int, max_length: int, seed: i
     return sources, references, lambda ids: " ".join(str(t) for t in ids)
 
 
-def load_eval_records(data_dir: str, manifest: dict):
-    """(source id arrays in test-set order, reference sentences, the vocabulary file) of a prepared dataset."""
-    import tensorflow as tf
-
+def load_eval_records(data_dir: str, manifest: dict, reader: str = "tf.data"):
+    """(source id arrays in test-set order, reference sentences, the vocabulary file) of a prepared dataset, read
+    with tf.data or without TensorFlow (reader "numpy": inputs/text_numpy)."""
     by_split = {}
     for f in manifest["files"]:
         by_split.setdefault(f.get("split"), []).append(os.path.join(data_dir, f["name"]))
     for split in ("eval", "reference", "vocab"):
         if split not in by_split:
             raise DataError(f"{os.path.join(data_dir, 'manifest.json')}: lists no {split} file")
-    records = []
-    for path in sorted(by_split["eval"]):
-        for index, ids in tf.data.TFRecordDataset(path).map(parse_eval).as_numpy_iterator():
-            records.append((int(index), ids.astype(np.int32)))
+    if reader == "numpy":
+        records = text_numpy.eval_records(sorted(by_split["eval"]))
+    else:
+        import tensorflow as tf
+
+        records = []
+        for path in sorted(by_split["eval"]):
+            for index, ids in tf.data.TFRecordDataset(path).map(parse_eval).as_numpy_iterator():
+                records.append((int(index), ids.astype(np.int32)))
     records.sort(key=lambda r: r[0])
     with open(by_split["reference"][0], encoding="utf-8") as f:
         references = f.read().split("\n")[:-1]
@@ -325,10 +334,10 @@ def load_eval_records(data_dir: str, manifest: dict):
     return [r[1] for r in records], references, by_split["vocab"][0]
 
 
-def load_eval_set(data_dir: str, manifest: dict):
+def load_eval_set(data_dir: str, manifest: dict, reader: str = "tf.data"):
     """(source id arrays, their test-set indices, reference sentences, detokenize) of a prepared dataset, with the
     vocabulary named by the manifest's options.tokenizer (open_vocabulary)."""
-    sources, references, vocab_path = load_eval_records(data_dir, manifest)
+    sources, references, vocab_path = load_eval_records(data_dir, manifest, reader)
     tokenizer = manifest.get("options", {}).get("tokenizer", "sentencepiece")
     return sources, np.arange(len(sources)), references, vocabulary.open_vocabulary(vocab_path, tokenizer).decode
 
@@ -407,10 +416,11 @@ class GlobalBatchTrainPipeline:
     <s> ... </s> on both sides: the decoder reads targets[:-1] and predicts targets[1:]."""
 
     def __init__(self, files, plan: BucketPlan, max_length: int, steps: int, shuffle_buffer: int, seed: int,
-                 rank: int = 0, world_size: int = 1, as_numpy: bool = False, cycle_length: int = 8):
+                 rank: int = 0, world_size: int = 1, as_numpy: bool = False, cycle_length: int = 8,
+                 reader: str = "tf.data"):
         self.files, self.plan, self.max_length, self.steps = list(files), plan, max_length, steps
         self.shuffle_buffer, self.seed, self.as_numpy = shuffle_buffer, seed, as_numpy
-        self.rank, self.world_size, self.cycle_length = rank, world_size, cycle_length
+        self.rank, self.world_size, self.cycle_length, self.reader = rank, world_size, cycle_length, reader
 
     def dataset(self, epoch: int):
         import tensorflow as tf
@@ -441,6 +451,10 @@ class GlobalBatchTrainPipeline:
         return ds.map(my_rows).take(self.steps).prefetch(2)
 
     def batches(self, epoch: int):
+        if self.reader == "numpy":
+            return text_numpy.global_batches(self.files, self.plan, self.max_length, self.steps, self.shuffle_buffer,
+                                             _epoch_seed(self.seed, 0, epoch), self.rank, self.world_size,
+                                             self.cycle_length)
         ds = self.dataset(epoch)
         return ds.as_numpy_iterator() if self.as_numpy else iter(ds)
 

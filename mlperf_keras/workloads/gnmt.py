@@ -43,7 +43,7 @@ import os
 
 import numpy as np
 
-from mlperf_keras.inputs import text, vocabulary
+from mlperf_keras.inputs import text, text_numpy, vocabulary
 from mlperf_keras.inputs.manifest import worker_shards
 from mlperf_keras.workloads.translation import TextTrainData, TranslationWorkload
 
@@ -124,6 +124,7 @@ class GNMT(TranslationWorkload):
             "max_length": 50,             # tokens with <s> and </s>; longer pairs are discarded (75 allowed)
             "num_buckets": 5,
             "shuffle_buffer": 100_000,
+            "input_reader": "auto",       # tf.data, or numpy (inputs/text_numpy: JAX without TensorFlow)
             "beam_size": 5,
             "alpha": 0.6,                 # length normalisation ((5 + len) / 6) ** alpha
             "coverage_penalty": 0.1,
@@ -149,6 +150,7 @@ class GNMT(TranslationWorkload):
         from mlperf_keras.config import ConfigError
 
         hp = config.hparams
+        text_numpy.choose_reader(hp["input_reader"], config.backend)   # refuses a bad value at start
         if manifest is not None and hp["max_length"] > manifest["counts"]["max_length"]:
             raise ConfigError(f"--hparams max_length={hp['max_length']} exceeds the prepared data's "
                               f"{manifest['counts']['max_length']}; prepare again with --max_length")
@@ -238,7 +240,9 @@ class GNMT(TranslationWorkload):
         files = [os.path.join(config.data_dir, f["name"]) for f in worker_shards(manifest, "train", 0, 1)]
         pipeline = text.GlobalBatchTrainPipeline(files, self.bucket_plan(config), config.hparams["max_length"], steps,
                                                  config.hparams["shuffle_buffer"], config.seed, dist.rank,
-                                                 dist.world_size, as_numpy=config.backend != "tensorflow")
+                                                 dist.world_size, as_numpy=config.backend != "tensorflow",
+                                                reader=text_numpy.choose_reader(config.hparams["input_reader"],
+                                                                                config.backend))
         return self.train_stream(pipeline, steps, manifest["counts"]["train_pairs"], config, dist)
 
     def train_stream(self, source, steps, samples, config, dist):
@@ -250,7 +254,8 @@ class GNMT(TranslationWorkload):
             sources, references, detokenize = self.synthetic_eval_set(config)
             total = len(sources)
         else:
-            sources, references, vocab_path = text.load_eval_records(config.data_dir, manifest)
+            sources, references, vocab_path = text.load_eval_records(
+                config.data_dir, manifest, text_numpy.choose_reader(config.hparams["input_reader"], config.backend))
             detokenize = vocabulary.BpeVocabulary(vocab_path).decode
             total = manifest["counts"]["eval_sentences"]
         from mlperf_keras.metrics.bleu import BleuEvaluator

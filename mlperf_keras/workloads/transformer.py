@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from mlperf_keras.inputs import text
+from mlperf_keras.inputs import text, text_numpy
 from mlperf_keras.inputs.manifest import worker_shards
 from mlperf_keras.workloads.translation import TextTrainData, TranslationWorkload
 
@@ -110,6 +110,7 @@ class Transformer(TranslationWorkload):
             "min_boundary": 8,           # length buckets as the reference (tensor2tensor): 8, then x1.1
             "boundary_scale": 1.1,
             "shuffle_buffer": 100_000,   # examples, after interleaving this worker's shuffled shards
+            "input_reader": "auto",      # tf.data, or numpy (inputs/text_numpy: JAX without TensorFlow)
             "beam_size": 4,
             "alpha": 0.6,
             "extra_decode_length": 50,   # decode up to source length + 50 tokens
@@ -123,6 +124,7 @@ class Transformer(TranslationWorkload):
         from mlperf_keras.layers.dropout import check_generator
 
         check_generator(config.hparams.get("dropout_rng", "keras"), config.backend, config.closed_division)
+        text_numpy.choose_reader(config.hparams["input_reader"], config.backend)   # refuses a bad value at start
         tokenizer = (manifest or {}).get("options", {}).get("tokenizer", "sentencepiece")
         if manifest is not None and config.closed_division and tokenizer != "subword":
             raise ConfigError(f"{config.data_dir} was prepared with a {tokenizer} vocabulary; the closed division "
@@ -178,7 +180,9 @@ class Transformer(TranslationWorkload):
                  for f in worker_shards(manifest, "train", dist.rank, dist.world_size)]
         return TextTrainData(text.TrainPipeline(files, plan, config.hparams["max_length"], steps,
                                                 config.hparams["shuffle_buffer"], config.seed, dist.rank,
-                                                as_numpy=config.backend != "tensorflow"),
+                                                as_numpy=config.backend != "tensorflow",
+                                                reader=text_numpy.choose_reader(config.hparams["input_reader"],
+                                                                                config.backend)),
                              steps, manifest["counts"]["train_pairs"])
 
     def evaluator(self, config, dist, manifest):
@@ -188,7 +192,8 @@ class Transformer(TranslationWorkload):
             indices = np.arange(len(sources))
             total = len(sources)
         else:
-            sources, indices, references, detokenize = text.load_eval_set(config.data_dir, manifest)
+            sources, indices, references, detokenize = text.load_eval_set(
+                config.data_dir, manifest, text_numpy.choose_reader(config.hparams["input_reader"], config.backend))
             total = manifest["counts"]["eval_sentences"]
         from mlperf_keras.metrics.bleu import BleuEvaluator
 
