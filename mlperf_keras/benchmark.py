@@ -128,19 +128,31 @@ def _wait_for(batch):
 
 
 def measure_input(source, count_samples, steps: int, warmup: int) -> dict:
-    """The input pipeline alone: `warmup` batches untimed (start-up: file opening, shuffle buffers), then `steps`."""
+    """The input pipeline alone: `warmup` batches untimed (start-up: file opening, shuffle buffers), then `steps`
+    (at least one)."""
     import itertools
 
     batches = _stream(source)
-    for batch in itertools.islice(batches, warmup):
+    first = next(batches)
+    for batch in itertools.islice(batches, max(0, warmup - 1)):
         pass
     cpu, start, samples = _host_cpu_s(), time.perf_counter(), 0
-    for batch in itertools.islice(batches, steps):
+    for batch in itertools.islice(batches, max(1, steps)):
         samples += count_samples(batch)
     _wait_for(batch)
     seconds, cpu = time.perf_counter() - start, _host_cpu_s() - cpu
     return {"input_samples_per_s": samples / seconds, "input_host_cpu_ms_per_sample": 1e3 * cpu / samples,
-            "input_host_cores_busy": cpu / seconds, "input_batches": steps, "input_samples": samples}
+            "input_host_cores_busy": cpu / seconds, "input_batches": max(1, steps), "input_samples": samples,
+            "batch_shapes": _batch_shapes(first)}
+
+
+def _batch_shapes(batch) -> dict:
+    x = batch[0]
+    return {k: list(getattr(v, "shape", ())) for k, v in (x.items() if isinstance(x, dict) else [("x", x)])}
+
+
+def _singular(unit: str) -> str:
+    return unit[:-1] if unit.endswith("s") else unit
 
 
 def measure_fed(step, source, count_samples, steps: int, warmup: int) -> dict:
@@ -269,8 +281,7 @@ def main(argv):
         "unit": workload.throughput_unit, "train_tflops_per_s": flops / 1e12,
         "fraction_of_peak": flops / (peak * 1e12 * devices) if peak and flops else None,
         "samples_per_step": samples_per_step,
-        "batch_shapes": {k: list(getattr(v, "shape", ())) for k, v in
-                         (host_batch[0].items() if isinstance(host_batch[0], dict) else [("x", host_batch[0])])},
+        "batch_shapes": _batch_shapes(host_batch),
         "parameters": int(sum(int(getattr(w, "size", 0) or w.numpy().size) for w in model.trainable_weights)),
     })
     if dist.is_chief:
@@ -291,7 +302,7 @@ def main(argv):
                   f"({result['fed_batches']} batches), {result['fed_vs_resident']:.1%} of the same batches "
                   f"resident on the device ({_rate(result['resident_samples_per_s'])} {unit}/s); host "
                   f"{result['fed_host_cores_busy']:.1f} cores busy, {result['fed_host_cpu_ms_per_sample']:.3g} "
-                  f"CPU-ms per {unit[:-1] if unit.endswith('s') else unit}")
+                  f"CPU-ms per {_singular(unit)}")
         _write_json(result)
     return 0
 
@@ -300,17 +311,13 @@ def _input_only_main(workload, config, dist, manifest) -> int:
     source = workload.train_data(config, dist, manifest)
     result = measure_input(source, lambda b: workload.samples_in_batch(b, config), FLAGS.steps, FLAGS.warmup_steps)
     unit = workload.throughput_unit
-    shapes = next(iter(source.batches(0)))[0]
     result.update({"model": config.model, "backend": config.backend, "unit": unit, "workers": dist.world_size,
-                   "global_batch_size": config.global_batch_size,
-                   "batch_shapes": {k: list(getattr(v, "shape", ())) for k, v in
-                                    (shapes.items() if isinstance(shapes, dict) else [("x", shapes)])}})
+                   "global_batch_size": config.global_batch_size})
     if dist.is_chief:
         print(f"{config.model} input pipeline alone ({config.backend}, batch {config.per_worker_batch_size} per "
               f"worker, {result['input_batches']} batches after {FLAGS.warmup_steps} untimed):\n"
               f"  {_rate(result['input_samples_per_s'])} {unit}/s per worker; host {result['input_host_cores_busy']:.1f} "
-              f"cores busy, {result['input_host_cpu_ms_per_sample']:.3g} CPU-ms per "
-              f"{unit[:-1] if unit.endswith('s') else unit}")
+              f"cores busy, {result['input_host_cpu_ms_per_sample']:.3g} CPU-ms per {_singular(unit)}")
         _write_json(result)
     return 0
 

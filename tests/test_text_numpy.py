@@ -126,3 +126,15 @@ def test_the_transformer_trains_on_jax_from_records_without_tensorflow(demo, tmp
     assert check["tensorflow_imported"] is False and check["exit"] in (0, 5), lines[-5:]
     events = mllog_events(json.loads(lines[-1])["log"])
     assert [e["key"] for e in events].count("eval_accuracy") == 1
+
+
+def test_a_record_that_is_not_a_training_pair_is_refused_with_its_folder_named(tmp_path):
+    import tensorflow as tf
+
+    from mlperf_keras.inputs.manifest import DataError
+
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(text.serialize_eval(0, [5, 6, 1]))   # an eval record: inputs and index, no targets
+    with pytest.raises(DataError, match=f"{tmp_path} \\(1 record files\\): a record without 'targets'"):
+        list(text_numpy.shuffled_pairs([str(path)], 0, 1, 1 << 30, 0))

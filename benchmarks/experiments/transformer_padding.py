@@ -7,8 +7,11 @@ the TF-free record reader), else a WMT-like mix: source lengths log-normal (medi
 the source times a log-normal ratio (median 1.05, sigma 0.15), as English -> German runs slightly longer.
 Batching, both with the reference's buckets (tensor2tensor's boundaries 8, then x1.1 up to max_length, by the pair's
 longer side; batch_tokens // boundary pairs per batch) over one shuffled pass:
-- reference: each batch padded side by side to its own longest sequence (mlcommons/training translation/tensorflow/
-  transformer/utils/dataset.py _batch_examples: group_by_window, then padded_batch to the batch's longest);
+- reference: each batch padded side by side to its own longest sequence (mlcommons/training 8dbd7b0
+  translation/tensorflow/transformer/utils/dataset.py _batch_examples: group_by_window, then
+  padded_batch(bucket_batch_size, ([None], [None]))). Its buckets are [previous boundary, boundary), with
+  batch_size // boundary pairs; here both schemes use inputs/text.BucketPlan's (previous, boundary], so a pair whose
+  longer side equals a boundary falls one bucket lower than in the reference;
 - ours: each batch padded to its bucket's length on both sides and to its bucket's batch size (inputs/text.py), so a
   compiled step sees one shape per bucket.
 Prints one JSON line: the fraction of target positions (what the loss and the decoder compute) and of source + target

@@ -11,6 +11,7 @@ shapes, the buckets and the steps per epoch are the same. A background thread bu
 """
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import numpy as np
@@ -19,9 +20,9 @@ from mlperf_keras.inputs import record_reader, record_streams
 from mlperf_keras.inputs.manifest import DataError
 
 
-def _ids(example: dict, key: str, path: str) -> np.ndarray:
+def _ids(example: dict, key: str, where: str) -> np.ndarray:
     if key not in example:
-        raise DataError(f"{path}: a record without {key!r}: not a translation record of data_prep.wmt")
+        raise DataError(f"{where}: a record without {key!r}: not a translation record of data_prep.wmt")
     return np.asarray(example[key], dtype=np.int32)
 
 
@@ -34,10 +35,13 @@ def shuffled_pairs(files, seed: int, cycle_length: int, max_length: int, shuffle
     order = [files[i] for i in rng.permutation(len(files))]
     records = record_streams.interleave(order, max(1, min(cycle_length, len(order))))
 
+    # The interleaved stream does not say which file a record came from: name the folder.
+    where = f"{os.path.dirname(files[0]) or '.'} ({len(files)} record files)"
+
     def pairs():
         for record in records:
             example = record_reader.parse_example(record)
-            source, target = _ids(example, "inputs", files[0]), _ids(example, "targets", files[0])
+            source, target = _ids(example, "inputs", where), _ids(example, "targets", where)
             if max(len(source), len(target)) <= max_length:
                 yield source, target
 
