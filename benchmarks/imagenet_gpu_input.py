@@ -30,7 +30,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mlperf_keras.inputs import image_geometry, imagenet_gpu, record_reader  # noqa: E402
+from mlperf_keras.inputs import image_geometry, imagenet_gpu, jpeg_batches, record_reader, record_streams  # noqa: E402
 
 
 def _photos() -> list[np.ndarray]:
@@ -140,15 +140,15 @@ def main():
     sizes = np.array([image_geometry.jpeg_size(j) for j in batch])
     geometry, _ = imagenet_gpu.train_geometry(sizes, np.random.default_rng(0), 224, image_geometry.CropParams())
     whole_windows = np.array([(0, 0, h, w) for h, w in sizes])
-    whole = imagenet_gpu.BatchGeometry(whole_windows, *image_geometry.train_geometry(whole_windows, np.zeros(
+    whole = jpeg_batches.BatchGeometry(whole_windows, *image_geometry.train_geometry(whole_windows, np.zeros(
         len(sizes), bool), 224), np.ones(len(sizes), bool))
-    host = imagenet_gpu.HostDecoder(os.cpu_count())
-    missing = imagenet_gpu.gpu_decoder_missing()
+    host = jpeg_batches.HostDecoder(os.cpu_count())
+    missing = jpeg_batches.gpu_decoder_missing()
     result["gpu_decoder_missing"] = missing
 
     # host-side work per image without decoding: read + parse + header + draws + taps
     def host_side():
-        stream = imagenet_gpu.train_record_stream(paths, seed=1, epoch=0, num_samples=args.batch)
+        stream = record_streams.epoch_stream(paths, seed=1, epoch=0, num_samples=args.batch)
         js = [imagenet_gpu._jpeg_and_label(r, 0)[0] for r in stream]
         s = np.array([image_geometry.jpeg_size(j) for j in js])
         imagenet_gpu.train_geometry(s, np.random.default_rng(1), 224, image_geometry.CropParams())[0].taps()
@@ -162,7 +162,7 @@ def main():
     result["host_decode_crops_per_s"] = args.batch / wall
     result["host_decode_cpu_ms_per_image"] = 1e3 * cpu / args.batch
     if missing is None:
-        gpu = imagenet_gpu.GpuDecoder()
+        gpu = jpeg_batches.GpuDecoder()
         wall, cpu = timed(lambda: block(gpu.canvas(batch, geometry)), 10)
         result["gpu_decode_crops_per_s"] = args.batch / wall
         result["gpu_decode_cpu_ms_per_image"] = 1e3 * cpu / args.batch
@@ -171,10 +171,10 @@ def main():
         canvas = gpu.canvas(batch, geometry)
         taps = [jax.device_put(t) for t in geometry.taps()]
         valid = jax.device_put(geometry.valid)
-        wall, _ = timed(lambda: jax.block_until_ready(imagenet_gpu.resize_from_canvas(canvas, taps, valid)), 20)
+        wall, _ = timed(lambda: jax.block_until_ready(jpeg_batches.resize_from_canvas(canvas, taps, valid)), 20)
         result["resize_ms_per_batch"] = 1e3 * wall
-        a = np.asarray(imagenet_gpu.resize_from_canvas(canvas, geometry.taps(), geometry.valid)).astype(int)
-        b = np.asarray(imagenet_gpu.resize_from_canvas(host.canvas(batch, geometry), geometry.taps(),
+        a = np.asarray(jpeg_batches.resize_from_canvas(canvas, geometry.taps(), geometry.valid)).astype(int)
+        b = np.asarray(jpeg_batches.resize_from_canvas(host.canvas(batch, geometry), geometry.taps(),
                                                        geometry.valid)).astype(int)
         d = np.abs(a - b)
         result["gpu_vs_host_pixels"] = {"max": int(d.max()), "mean": float(d.mean()),
@@ -182,7 +182,7 @@ def main():
     print(json.dumps(result), flush=True)
 
     for name in (["gpu"] if missing is None else []) + ["host"]:
-        decoder = imagenet_gpu.make_decoder(name)
+        decoder = jpeg_batches.make_decoder(name)
         n = max(4, args.images // args.batch)
         it = imagenet_gpu.train_batches(paths, decoder, seed=1, epoch=0, rank=0, batch_size=args.batch,
                                         num_batches=n + 1, image_size=224, shuffle_buffer=1000)
@@ -239,11 +239,11 @@ def step_fed_vs_synthetic(paths, args) -> dict:
     default_interval = sys.getswitchinterval()
     runs = [("gpu", None), ("gpu", 5e-4), ("gpu", 1e-4), ("host", None)]
     for name, interval in runs:
-        if name == "gpu" and imagenet_gpu.gpu_decoder_missing() is not None:
+        if name == "gpu" and jpeg_batches.gpu_decoder_missing() is not None:
             continue
         key = name + ("" if interval is None else f"_switch_{interval * 1e3:g}ms")
         sys.setswitchinterval(interval or default_interval)
-        decoder = imagenet_gpu.make_decoder(name)
+        decoder = jpeg_batches.make_decoder(name)
         steps = args.steps if name == "gpu" else max(5, args.steps // 3)
         it = imagenet_gpu.train_batches(paths, decoder, seed=2, epoch=0, rank=0, batch_size=args.batch,
                                         num_batches=steps + 3, image_size=224, shuffle_buffer=1000)
@@ -261,9 +261,9 @@ def step_fed_vs_synthetic(paths, args) -> dict:
         out[f"{key}_fed_cores_busy"] = (time.process_time() - cpu) / wall
         print(json.dumps(out), flush=True)
     sys.setswitchinterval(default_interval)
-    if imagenet_gpu.gpu_decoder_missing() is None:
+    if jpeg_batches.gpu_decoder_missing() is None:
         # the synthetic step while the pipeline runs beside it, its batches thrown away: what the two share
-        it = imagenet_gpu.train_batches(paths, imagenet_gpu.make_decoder("gpu"), seed=3, epoch=0, rank=0,
+        it = imagenet_gpu.train_batches(paths, jpeg_batches.make_decoder("gpu"), seed=3, epoch=0, rank=0,
                                         batch_size=args.batch, num_batches=4 * args.steps, image_size=224,
                                         shuffle_buffer=1000)
         done = []

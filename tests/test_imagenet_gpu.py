@@ -13,7 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 from data_prep import demo_imagenet, imagenet
-from mlperf_keras.inputs import image, image_geometry, imagenet_gpu, records
+from mlperf_keras.inputs import image, image_geometry, imagenet_gpu, jpeg_batches, record_streams, records
 from mlperf_keras.inputs.manifest import read_manifest, worker_files, worker_rows
 
 
@@ -110,7 +110,7 @@ def test_resize_is_tensorflows_given_the_same_decoded_crops(jpegs):
         crop = tf.image.decode_and_crop_jpeg(jpeg, tf.constant(window, tf.int32), channels=3).numpy()
         canvas[base:base + crop.size] = crop.reshape(-1)
         expected.append(_tf_train_pixels(jpeg, window, flip, size))
-    ours = np.asarray(imagenet_gpu.resize_from_canvas(canvas, geometry.taps(), geometry.valid))
+    ours = np.asarray(jpeg_batches.resize_from_canvas(canvas, geometry.taps(), geometry.valid))
     diff = np.abs(ours.astype(int) - np.stack(expected).astype(int))
     assert ours.dtype == np.uint8 and ours.shape == (len(jpegs), size, size, 3)
     assert diff.max() <= 1 and np.mean(diff > 0) < 1e-4
@@ -127,7 +127,7 @@ def test_host_path_matches_tf_data_given_the_same_draws(jpegs):
     size = 224
     sizes = np.array([image_geometry.jpeg_size(j) for j in jpegs])
     geometry, flips = imagenet_gpu.train_geometry(sizes, np.random.default_rng(2), size, image_geometry.CropParams())
-    ours = np.asarray(imagenet_gpu.resize_from_canvas(imagenet_gpu.HostDecoder(2).canvas(jpegs, geometry),
+    ours = np.asarray(jpeg_batches.resize_from_canvas(jpeg_batches.HostDecoder(2).canvas(jpegs, geometry),
                                                       geometry.taps(), geometry.valid)).astype(int)
     closed = np.stack([_tf_train_pixels(j, w, f, size) for j, w, f in zip(jpegs, geometry.windows, flips)])
     accurate = np.stack([_tf_train_pixels(j, w, f, size, "INTEGER_ACCURATE")
@@ -148,7 +148,7 @@ def test_eval_geometry_is_the_closed_centre_crop(jpegs):
     for jpeg, (y, x, h, w), base in zip(jpegs, geometry.windows, geometry.bases):
         full = tf.image.decode_jpeg(jpeg, channels=3).numpy()
         canvas[base:base + h * w * 3] = full[y:y + h, x:x + w].reshape(-1)
-    ours = np.asarray(imagenet_gpu.resize_from_canvas(canvas, geometry.taps(), geometry.valid)).astype(int)
+    ours = np.asarray(jpeg_batches.resize_from_canvas(canvas, geometry.taps(), geometry.valid)).astype(int)
     closed = np.stack([image.center_crop_resize(j, size, resize_min).numpy() for j in jpegs]).astype(int)
     diff = np.abs(ours - closed)
     assert diff.max() <= 1 and np.mean(diff > 0) < 1e-4
@@ -176,7 +176,7 @@ def test_every_record_once_per_epoch_per_worker(prepared, world):
     for rank in range(world):
         paths = worker_files(data_dir, manifest, "train", rank, world)
         rows = worker_rows(manifest, "train", rank, world)
-        stream = lambda epoch, n: _filenames(imagenet_gpu.train_record_stream(  # noqa: E731
+        stream = lambda epoch, n: _filenames(record_streams.epoch_stream(  # noqa: E731
             paths, seed=5, epoch=epoch, num_samples=n, shuffle_buffer=8, cycle_length=3))
         epoch0 = stream(0, rows + 4)
         assert len(set(epoch0[:rows])) == rows and set(epoch0[rows:]) <= set(epoch0[:rows])
@@ -188,7 +188,7 @@ def test_every_record_once_per_epoch_per_worker(prepared, world):
 
 def test_train_and_eval_batches_shapes_dtypes_and_padding(prepared):
     data_dir, manifest = prepared
-    decoder = imagenet_gpu.HostDecoder(2)
+    decoder = jpeg_batches.HostDecoder(2)
     paths = worker_files(data_dir, manifest, "train", 0, 1)
     batches = list(imagenet_gpu.train_batches(paths, decoder, seed=1, epoch=0, rank=0, batch_size=4, num_batches=8,
                                               image_size=24, shuffle_buffer=16, label_offset=1))
@@ -217,16 +217,16 @@ def test_choose_pipeline(monkeypatch):
 
     from mlperf_keras.config import ConfigError
 
-    assert imagenet_gpu.choose_pipeline("tf.data") == "tf.data"
+    assert jpeg_batches.choose_pipeline("tf.data") == "tf.data"
     with pytest.raises(ConfigError, match="input_pipeline='dali'"):
-        imagenet_gpu.choose_pipeline("dali")
+        jpeg_batches.choose_pipeline("dali")
     if keras.backend.backend() == "tensorflow":
-        assert imagenet_gpu.choose_pipeline("auto") == "tf.data"
+        assert jpeg_batches.choose_pipeline("auto") == "tf.data"
         with pytest.raises(ConfigError, match="JAX backend"):
-            imagenet_gpu.choose_pipeline("gpu")
+            jpeg_batches.choose_pipeline("gpu")
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
-    assert imagenet_gpu.choose_pipeline("auto") == "tf.data"  # JAX on the CPU, TensorFlow installed
-    assert imagenet_gpu.choose_pipeline("host") == "host"
+    assert jpeg_batches.choose_pipeline("auto") == "tf.data"  # JAX on the CPU, TensorFlow installed
+    assert jpeg_batches.choose_pipeline("host") == "host"
 
 
 

@@ -1,4 +1,4 @@
-"""ResNet's GPU input path (inputs/imagenet_gpu.GpuDecoder: nvImageCodec region decodes, the CuPy canvas, one
+"""ResNet's GPU input path (inputs/jpeg_batches.GpuDecoder: nvImageCodec region decodes, the CuPy canvas, one
 DLPack import) against the host fallback (PIL) through the same jitted resize, on the same draws.
 
 Marked gpu: deselected by default (pytest.ini); run on a machine with an NVIDIA GPU, jax[cuda], nvImageCodec and
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mlperf_keras.inputs import image_geometry, imagenet_gpu
+from mlperf_keras.inputs import image_geometry, imagenet_gpu, jpeg_batches
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no NVIDIA GPU (nvidia-smi not found)")]
@@ -33,10 +33,10 @@ def jpegs():
 
 
 def _both(jpegs, geometry):
-    assert imagenet_gpu.gpu_decoder_missing() is None
-    gpu = imagenet_gpu.resize_from_canvas(imagenet_gpu.GpuDecoder().canvas(jpegs, geometry), geometry.taps(),
+    assert jpeg_batches.gpu_decoder_missing() is None
+    gpu = jpeg_batches.resize_from_canvas(jpeg_batches.GpuDecoder().canvas(jpegs, geometry), geometry.taps(),
                                           geometry.valid)
-    host = imagenet_gpu.resize_from_canvas(imagenet_gpu.HostDecoder(4).canvas(jpegs, geometry), geometry.taps(),
+    host = jpeg_batches.resize_from_canvas(jpeg_batches.HostDecoder(4).canvas(jpegs, geometry), geometry.taps(),
                                            geometry.valid)
     assert gpu.dtype == np.uint8 and gpu.shape == host.shape
     return np.asarray(gpu).astype(int), np.asarray(host).astype(int)

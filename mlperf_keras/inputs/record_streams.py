@@ -1,15 +1,16 @@
 """Streams of TFRecord records without TensorFlow, as tf.data orders them: files interleaved one record at a time,
 a shuffle buffer, and a background thread that builds items ahead (the JAX input pipelines: inputs/imagenet_gpu.py,
-inputs/text_numpy.py)."""
+inputs/ssd_jax.py, inputs/text_numpy.py)."""
 from __future__ import annotations
 
 import queue
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
 from mlperf_keras.inputs import record_reader
+from mlperf_keras.inputs.manifest import DataError
 
 
 def interleave(paths: list[str], cycle_length: int) -> Iterator[bytes]:
@@ -92,3 +93,34 @@ def prefetched(make: Iterator, depth: int, name: str = "input"):
             yield item
     finally:
         stop.set()
+
+
+def epoch_stream(paths: list[str], *, seed: int, epoch: int, num_samples: int, shuffle_buffer: int = 10_000,
+                 cycle_length: int = 10, parse: Callable | None = None) -> Iterator:
+    """One worker's epoch of training records, num_samples of them: every record of `paths` once, in a seeded
+    shuffled order (files in a seeded order, cycle_length of them interleaved, a shuffle buffer), then read again from
+    the start (a new file order) until num_samples are out, as the tf.data paths' repeat().take(num_samples).
+
+    parse: record -> item, or None to leave the record out (SSD's images without objects); applied before the
+    shuffle buffer, as the tf.data paths map and filter before they shuffle. NumPy's generator from (seed, epoch):
+    the same kind of order as tf.data's, not the same draws."""
+    if not paths:
+        raise DataError("no record files to read")
+    rng = np.random.default_rng([int(seed), int(epoch), 0x5EED])
+    out = 0
+    while True:
+        order = [paths[i] for i in rng.permutation(len(paths))]
+        stream = interleave(order, max(1, min(cycle_length, len(order))))
+        if parse is not None:
+            stream = (item for item in map(parse, stream) if item is not None)
+        if shuffle_buffer > 1:
+            stream = shuffled(stream, shuffle_buffer, rng)
+        empty = True
+        for item in stream:
+            empty = False
+            yield item
+            out += 1
+            if out == num_samples:
+                return
+        if empty:
+            raise DataError(f"the record files hold no {'usable ' if parse else ''}records: {paths[0]} ...")

@@ -353,9 +353,9 @@ def train_crop(hparams):
 
 def input_pipeline(config) -> str:
     """Which input pipeline the hparam input_pipeline picks here: tf.data, gpu or host (inputs/imagenet_gpu)."""
-    from mlperf_keras.inputs import imagenet_gpu
+    from mlperf_keras.inputs import jpeg_batches
 
-    return imagenet_gpu.choose_pipeline(config.hparams["input_pipeline"])
+    return jpeg_batches.choose_pipeline(config.hparams["input_pipeline"])
 
 
 class _ImageNetTrainData(TrainData):
@@ -383,11 +383,11 @@ class _ImageNetTrainData(TrainData):
             from mlperf_keras.inputs import records
 
             return records.backend_batches(self.dataset(epoch))
-        from mlperf_keras.inputs import imagenet_gpu
+        from mlperf_keras.inputs import imagenet_gpu, jpeg_batches
 
         hp = self.config.hparams
         return imagenet_gpu.train_batches(
-            self.paths, imagenet_gpu.make_decoder(pipeline), seed=self.config.seed, epoch=epoch, rank=self.rank,
+            self.paths, jpeg_batches.make_decoder(pipeline), seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
             image_size=hp["image_size"], crop=train_crop(hp), shuffle_buffer=hp["shuffle_buffer"],
             label_offset=self.label_offset)
@@ -418,9 +418,9 @@ class _TopOneEvaluator(Evaluator):
                 self.paths, batch_size=self.batch, image_size=hp["image_size"], resize_min=hp["eval_resize"],
                 label_offset=self.label_offset))
         else:
-            from mlperf_keras.inputs import imagenet_gpu
+            from mlperf_keras.inputs import imagenet_gpu, jpeg_batches
 
-            batches = imagenet_gpu.eval_batches(self.paths, imagenet_gpu.make_decoder(pipeline),
+            batches = imagenet_gpu.eval_batches(self.paths, jpeg_batches.make_decoder(pipeline),
                                                 batch_size=self.batch, image_size=hp["image_size"],
                                                 resize_min=hp["eval_resize"], label_offset=self.label_offset)
         correct = seen = 0

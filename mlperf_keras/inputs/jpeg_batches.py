@@ -1,0 +1,250 @@
+"""JPEG batches for the JAX input pipelines (ResNet: inputs/imagenet_gpu.py, SSD: inputs/ssd_jax.py): each image's
+source window decoded into one flat uint8 canvas, on the GPU (nvImageCodec region decodes, copied into a CuPy
+canvas, imported into JAX once by DLPack) or on the host (PIL threads, one device_put), then one jitted bilinear
+resize of static shapes gathers every output pixel's four taps from the canvas.
+
+Why one canvas: per-image JAX operations on variable shapes compile per shape and dispatch one by one; a canvas
+whose size is rounded up to a power of two keeps the jitted functions to a handful of shapes.
+
+Without nvImageCodec, CuPy or a CUDA device the GPU decoder falls back to the host one, said once on the console.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import os
+
+import numpy as np
+
+from mlperf_keras.inputs.manifest import DataError
+
+PIPELINES = ("auto", "tf.data", "gpu", "host")
+_MIN_CANVAS = 1 << 20
+_said: set = set()
+
+
+# ---- geometry of a batch ----
+
+class BatchGeometry:
+    """Per image: the source window to decode (y, x, h, w) and the taps of the output rows and cols relative to it;
+    packed, the flat canvas offsets the jitted resize gathers from."""
+
+    def __init__(self, windows: np.ndarray, rows: tuple, cols: tuple, valid: np.ndarray):
+        """windows [B, 4]; rows and cols: (lower, upper, lerp), each [B, S]."""
+        self.windows, self.valid = windows, valid
+        sizes = windows[:, 2] * windows[:, 3] * 3
+        self.bases = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.needed = int(sizes.sum())
+        widths = windows[:, 3:4] * 3
+        self.row_lo = rows[0] * widths + self.bases[:, None]
+        self.row_hi = rows[1] * widths + self.bases[:, None]
+        self.row_lerp = rows[2].astype(np.float32)
+        self.col_lo, self.col_hi = cols[0] * 3, cols[1] * 3
+        self.col_lerp = cols[2].astype(np.float32)
+
+    def canvas_size(self) -> int:
+        size = max(_MIN_CANVAS, 1 << max(0, self.needed - 1).bit_length())
+        if size > 2**31 - 1:
+            raise DataError(f"one batch's crops need {self.needed:,} bytes, more than one canvas indexes (2 GiB): "
+                            f"use a smaller batch per worker")
+        return size
+
+    def taps(self):
+        return (self.row_lo.astype(np.int32), self.row_hi.astype(np.int32), self.row_lerp,
+                self.col_lo.astype(np.int32), self.col_hi.astype(np.int32), self.col_lerp)
+
+
+# ---- the jitted resize ----
+
+def bilinear_from_canvas(canvas, row_lo, row_hi, row_lerp, col_lo, col_hi, col_lerp):
+    """float32 [B, S, S, 3] in [0, 255]: every output pixel's four taps gathered from the flat uint8 canvas and
+    interpolated in float32, as TF's legacy bilinear kernel does (traced inside the callers' jitted functions)."""
+    import jax.numpy as jnp
+
+    channel = jnp.arange(3, dtype=jnp.int32)
+
+    def tap(rows, cols):
+        return canvas[rows[:, :, None, None] + cols[:, None, :, None] + channel].astype(jnp.float32)
+
+    x_lerp, y_lerp = col_lerp[:, None, :, None], row_lerp[:, :, None, None]
+    top_left, top_right = tap(row_lo, col_lo), tap(row_lo, col_hi)
+    bottom_left, bottom_right = tap(row_hi, col_lo), tap(row_hi, col_hi)
+    # the order of TF's compute_lerp: across first, then down
+    top = top_left + (top_right - top_left) * x_lerp
+    bottom = bottom_left + (bottom_right - bottom_left) * x_lerp
+    return top + (bottom - top) * y_lerp
+
+
+def to_uint8(pixels, valid):
+    """Rounded and saturated to uint8 (inputs/image.to_uint8), images where not valid zeroed."""
+    import jax.numpy as jnp
+
+    out = jnp.clip(jnp.round(pixels), 0.0, 255.0).astype(jnp.uint8)
+    return jnp.where(valid[:, None, None, None], out, jnp.zeros_like(out))
+
+
+_resize_fn = None
+
+
+def resize_from_canvas(canvas, taps, valid):
+    """uint8 [B, S, S, 3] from a flat uint8 canvas and the batch's taps (jitted once per canvas size)."""
+    global _resize_fn
+    if _resize_fn is None:
+        import jax
+
+        _resize_fn = jax.jit(lambda canvas, taps, valid: to_uint8(bilinear_from_canvas(canvas, *taps), valid))
+    return _resize_fn(canvas, tuple(taps), valid)
+
+
+# ---- decoders ----
+
+def _say_once(message: str):
+    if message not in _said:
+        _said.add(message)
+        print(f"[input] {message}", flush=True)
+
+
+def gpu_decoder_missing() -> str | None:
+    """Why the GPU decoder cannot run here (None when it can): a CUDA device for JAX, nvImageCodec and CuPy."""
+    try:
+        import jax
+
+        if jax.devices()[0].platform != "gpu":
+            return "no CUDA device for JAX"
+    except Exception as e:  # noqa: BLE001 (any backend failure means: no GPU here)
+        return f"JAX has no device ({e})"
+    try:
+        from nvidia import nvimgcodec  # noqa: F401
+    except ImportError:
+        return "nvImageCodec is not installed (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg)"
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return "CuPy is not installed (pip install cupy-cuda13x)"
+    return None
+
+
+class HostDecoder:
+    """PIL (libjpeg-turbo) in threads into a canvas in host memory."""
+
+    name = "host"
+
+    def __init__(self, threads: int = 8):
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, threads))
+
+    @staticmethod
+    def _decode(jpeg: bytes, window) -> np.ndarray:
+        from PIL import Image
+
+        y, x, h, w = (int(v) for v in window)
+        try:
+            with Image.open(io.BytesIO(jpeg)) as im:
+                im = im.convert("RGB")
+                return np.asarray(im.crop((x, y, x + w, y + h)), dtype=np.uint8)
+        except OSError as e:
+            raise DataError(f"cannot decode a JPEG record ({e})") from None
+
+    def canvas(self, jpegs: list[bytes], geometry: BatchGeometry):
+        import jax
+
+        canvas = np.empty(geometry.canvas_size(), np.uint8)
+        crops = self._pool.map(self._decode, jpegs, geometry.windows)
+        for base, crop in zip(geometry.bases, crops):
+            canvas[base:base + crop.size] = crop.reshape(-1)
+        return jax.device_put(canvas)
+
+
+class GpuDecoder:
+    """nvImageCodec region decodes on the GPU, copied into one CuPy canvas, imported into JAX by DLPack."""
+
+    name = "gpu"
+
+    def __init__(self):
+        import cupy
+        from nvidia import nvimgcodec
+
+        self._cupy, self._nvimgcodec = cupy, nvimgcodec
+        self._decoder = nvimgcodec.Decoder()
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+
+    def canvas(self, jpegs: list[bytes], geometry: BatchGeometry):
+        import jax
+
+        cp, nv = self._cupy, self._nvimgcodec
+        streams = []
+        for jpeg, (y, x, h, w) in zip(jpegs, geometry.windows):
+            code = nv.CodeStream(jpeg)
+            streams.append(code.get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w))))
+        runtime = cp.cuda.runtime
+        with self._stream:
+            images = self._decoder.decode(streams, cuda_stream=self._stream.ptr)
+            canvas = cp.empty(geometry.canvas_size(), cp.uint8)
+            for base, image, (_, _, h, w) in zip(geometry.bases, images, geometry.windows):
+                if image is None:
+                    raise DataError("nvImageCodec could not decode a JPEG record")
+                interface = image.__cuda_array_interface__
+                shape, typestr = tuple(interface["shape"]), interface["typestr"]
+                if shape != (h, w, 3) or typestr != "|u1":
+                    raise DataError(f"nvImageCodec decoded a {shape} {typestr} crop, {(int(h), int(w), 3)} uint8 "
+                                    f"expected")
+                pitch = interface["strides"][0] if interface.get("strides") else int(w) * 3
+                # one 2-D copy per image (its rows may be pitched): a runtime call, no CuPy array or kernel
+                runtime.memcpy2DAsync(canvas.data.ptr + int(base), int(w) * 3, interface["data"][0], pitch,
+                                      int(w) * 3, int(h), runtime.memcpyDeviceToDevice, self._stream.ptr)
+        self._stream.synchronize()
+        return jax.dlpack.from_dlpack(canvas)
+
+
+_decoders: dict = {}
+
+
+def make_decoder(pipeline: str, threads: int | None = None):
+    """The decoder for input_pipeline 'gpu' or 'host' (one per process, shared by training and eval); 'gpu' falls
+    back to the host, said once, where it cannot run."""
+    threads = threads or min(8, os.cpu_count() or 1)
+    if pipeline == "gpu":
+        missing = gpu_decoder_missing()
+        if missing is None:
+            if "gpu" not in _decoders:
+                _say_once("input: JPEGs decoded on the GPU (nvImageCodec), resized there (JAX)")
+                _decoders["gpu"] = GpuDecoder()
+            return _decoders["gpu"]
+        _say_once(f"input: JPEGs decoded on the host (PIL, {threads} threads): {missing}")
+    if "host" not in _decoders:
+        _decoders["host"] = HostDecoder(threads)
+    return _decoders["host"]
+
+
+def choose_pipeline(requested: str) -> str:
+    """tf.data, gpu or host for a workload's hparam input_pipeline (PIPELINES) on this backend and machine."""
+    import keras
+
+    from mlperf_keras.config import ConfigError
+
+    if requested not in PIPELINES:
+        raise ConfigError(f"input_pipeline={requested!r}: expected one of {', '.join(PIPELINES)}")
+    backend = keras.backend.backend()
+    if requested in ("gpu", "host") and backend != "jax":
+        raise ConfigError(f"input_pipeline={requested} runs on the JAX backend (KERAS_BACKEND=jax); "
+                          f"the {backend} backend reads with tf.data")
+    if requested != "auto":
+        return requested
+    if backend != "jax":
+        return "tf.data"
+    import jax
+
+    try:
+        on_gpu = jax.devices()[0].platform == "gpu"
+    except RuntimeError:
+        on_gpu = False
+    if on_gpu:
+        return "gpu"  # make_decoder says so and decodes on the host where nvImageCodec or CuPy is missing
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return "host"
+    return "tf.data"
+
+
+__all__ = ["BatchGeometry", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas", "choose_pipeline",
+           "gpu_decoder_missing", "make_decoder", "resize_from_canvas", "to_uint8"]
