@@ -47,7 +47,7 @@ def prepared(tmp_path_factory):
 def test_jpeg_size_is_tensorflows(jpegs, prepared):
     data_dir, manifest = prepared
     demo = [imagenet_gpu._jpeg_and_label(r, 0)[0]
-            for r in imagenet_gpu.eval_record_stream(worker_files(data_dir, manifest, "train", 0, 1))]
+            for r in record_streams.in_order(worker_files(data_dir, manifest, "train", 0, 1))]
     for jpeg in jpegs + demo[:5]:
         assert image_geometry.jpeg_size(jpeg) == tuple(tf.image.extract_jpeg_shape(jpeg).numpy()[:2])
 
@@ -164,7 +164,7 @@ def test_eval_order_is_tf_datas_interleave(prepared):
     data_dir, manifest = prepared
     paths = worker_files(data_dir, manifest, "validation", 0, 1)
     theirs = [t.numpy() for t in records.record_dataset(paths, cycle_length=2)]
-    assert list(imagenet_gpu.eval_record_stream(paths, cycle_length=2)) == theirs
+    assert list(record_streams.in_order(paths, cycle_length=2)) == theirs
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -182,7 +182,7 @@ def test_every_record_once_per_epoch_per_worker(prepared, world):
         assert len(set(epoch0[:rows])) == rows and set(epoch0[rows:]) <= set(epoch0[:rows])
         assert stream(0, rows + 4) == epoch0 and stream(1, rows) != epoch0[:rows]
         seen += epoch0[:rows]
-    assert sorted(seen) == sorted(_filenames(imagenet_gpu.eval_record_stream(
+    assert sorted(seen) == sorted(_filenames(record_streams.in_order(
         worker_files(data_dir, manifest, "train", 0, 1))))
 
 

@@ -37,13 +37,6 @@ from mlperf_keras.inputs.manifest import DataError
 
 # ---- record order ----
 
-def eval_record_stream(paths: list[str], cycle_length: int = 10) -> Iterator[bytes]:
-    """Every record of `paths` once, files interleaved in the given order (as inputs/records.record_dataset)."""
-    if not paths:
-        raise DataError("no record files to read")
-    return record_streams.interleave(list(paths), max(1, min(cycle_length, len(paths))))
-
-
 def _jpeg_and_label(serialized: bytes, label_offset: int) -> tuple[bytes, int]:
     example = record_reader.parse_example(serialized)
     try:
@@ -109,7 +102,7 @@ def _decoded(plans: Iterator, decoder, prefetch: int) -> Iterator:
 def eval_batches(paths: list[str], decoder, *, batch_size: int, image_size: int, resize_min: int,
                  label_offset: int = 0, cycle_length: int = 10, prefetch: int = 2) -> Iterator:
     """Every record of `paths` once, in full batches: the last one padded with zero images labelled -1."""
-    records = eval_record_stream(paths, cycle_length)
+    records = record_streams.in_order(paths, cycle_length)
 
     def plan():
         while True:
@@ -129,4 +122,4 @@ def eval_batches(paths: list[str], decoder, *, batch_size: int, image_size: int,
     return _decoded(record_streams.prefetched(plan(), prefetch, "imagenet-input"), decoder, prefetch)
 
 
-__all__ = ["eval_batches", "eval_geometry", "eval_record_stream", "train_batches", "train_geometry"]
+__all__ = ["eval_batches", "eval_geometry", "train_batches", "train_geometry"]

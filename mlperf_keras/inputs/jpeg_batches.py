@@ -215,18 +215,23 @@ def make_decoder(pipeline: str, threads: int | None = None):
     return _decoders["host"]
 
 
-def choose_pipeline(requested: str) -> str:
-    """tf.data, gpu or host for a workload's hparam input_pipeline (PIPELINES) on this backend and machine."""
-    import keras
-
+def check_pipeline(requested: str, backend: str) -> None:
+    """Refuses an input_pipeline value that cannot run on `backend` (ConfigError), at start-up."""
     from mlperf_keras.config import ConfigError
 
     if requested not in PIPELINES:
         raise ConfigError(f"input_pipeline={requested!r}: expected one of {', '.join(PIPELINES)}")
-    backend = keras.backend.backend()
     if requested in ("gpu", "host") and backend != "jax":
         raise ConfigError(f"input_pipeline={requested} runs on the JAX backend (KERAS_BACKEND=jax); "
                           f"the {backend} backend reads with tf.data")
+
+
+def choose_pipeline(requested: str) -> str:
+    """tf.data, gpu or host for a workload's hparam input_pipeline (PIPELINES) on this backend and machine."""
+    import keras
+
+    backend = keras.backend.backend()
+    check_pipeline(requested, backend)
     if requested != "auto":
         return requested
     if backend != "jax":
@@ -246,5 +251,5 @@ def choose_pipeline(requested: str) -> str:
     return "tf.data"
 
 
-__all__ = ["BatchGeometry", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas", "choose_pipeline",
+__all__ = ["BatchGeometry", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas", "check_pipeline", "choose_pipeline",
            "gpu_decoder_missing", "make_decoder", "resize_from_canvas", "to_uint8"]

@@ -56,19 +56,10 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from mlperf_keras.config import ConfigError
 from mlperf_keras.inputs import default_boxes, image, records
 from mlperf_keras.inputs.coco_records import drop_crowd, has_objects, parse_detection
-from mlperf_keras.inputs.manifest import DataError
-
-# SSDCropping's sample_options: index 0 keeps the whole image; the others bound every box's IoU with the crop to
-# (min, max), strictly. The reference's max is +inf in every mode and "no IoU constraint" is (-inf, +inf).
-CROP_MIN_IOU = (np.nan, 0.1, 0.3, 0.5, 0.7, 0.9, -np.inf)
-CROP_MAX_IOU = (np.nan, np.inf, np.inf, np.inf, np.inf, np.inf, np.inf)
-MAX_SAMPLES_ALLOWED = (1, 50)   # MLPerf's legal values of max_samples (num_cropping_iterations)
-
-COLOR_JITTER = dict(brightness=0.125, contrast=0.5, saturation=0.5, hue=0.05)
-
+from mlperf_keras.inputs.ssd_augmentation import (COLOR_JITTER, CROP_MAX_IOU, CROP_MIN_IOU, MAX_SAMPLES_ALLOWED,
+                                                check_epoch_fits, check_max_samples)
 
 # ---- box geometry ----
 
@@ -153,9 +144,7 @@ def ssd_crop(boxes, seed, max_samples: int = 1, max_rounds: int = 50):
     boxes = tf.reshape(tf.cast(boxes, tf.float32), [-1, 4])
     n = tf.shape(boxes)[0]
     rounds, samples = int(max_rounds), int(max_samples)
-    mode_seed, sample_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=2))
-    modes = tf.random.stateless_uniform([rounds], mode_seed, minval=0, maxval=len(CROP_MIN_IOU), dtype=tf.int32)
-    u = tf.random.stateless_uniform([rounds, samples, 4], sample_seed)
+    modes, u = crop_draws(seed, samples, rounds)
     w, h = 0.3 + 0.7 * u[..., 0], 0.3 + 0.7 * u[..., 1]
     left, top = u[..., 2] * (1.0 - w), u[..., 3] * (1.0 - h)
     right, bottom = left + w, top + h
@@ -180,6 +169,13 @@ def ssd_crop(boxes, seed, max_samples: int = 1, max_rounds: int = 50):
     window = tf.where(whole, tf.constant([0.0, 0.0, 1.0, 1.0]), candidates[r, s])
     keep = tf.where(whole, tf.ones([n], tf.bool), inside[r, s])
     return window, keep, tf.where(whole, 0, modes[r])
+
+
+def crop_draws(seed, max_samples: int = 1, max_rounds: int = 50):
+    """ssd_crop's draws: (modes int32 [R], uniforms float32 [R, S, 4]: width, height, left, top fractions)."""
+    mode_seed, sample_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=2))
+    modes = tf.random.stateless_uniform([max_rounds], mode_seed, minval=0, maxval=len(CROP_MIN_IOU), dtype=tf.int32)
+    return modes, tf.random.stateless_uniform([max_rounds, max_samples, 4], sample_seed)
 
 
 def crop_boxes(boxes, labels, window, keep):
@@ -219,12 +215,21 @@ def color_jitter(image, seed, brightness: float = 0.125, contrast: float = 0.5, 
                  hue: float = 0.05):
     """torchvision ColorJitter on a float32 RGB image in [0, 255]: factors uniform in [max(0, 1 - x), 1 + x] (hue
     shift in [-hue, hue]), the four adjustments in a random order. seed: int64 [2]."""
+    factors, order = jitter_draws(seed, brightness, contrast, saturation, hue)
+    return apply_jitter(image, factors, order)
+
+
+def jitter_draws(seed, brightness: float = 0.125, contrast: float = 0.5, saturation: float = 0.5, hue: float = 0.05):
+    """ColorJitter's draws: (factors float32 [4]: brightness, contrast, saturation, hue shift; order int32 [4])."""
     factor_seed, order_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=2))
     low = tf.constant([max(0.0, 1 - brightness), max(0.0, 1 - contrast), max(0.0, 1 - saturation), -hue], tf.float32)
     high = tf.constant([1 + brightness, 1 + contrast, 1 + saturation, hue], tf.float32)
     factors = low + (high - low) * tf.random.stateless_uniform([4], factor_seed)
-    order = tf.random.experimental.stateless_shuffle(tf.range(4), order_seed)
+    return factors, tf.random.experimental.stateless_shuffle(tf.range(4), order_seed)
 
+
+def apply_jitter(image, factors, order):
+    """The four adjustments with the given factors, in the given order."""
     def blend(base, x, f):       # PIL ImageEnhance: base + f * (x - base), saturated to uint8's range
         return tf.clip_by_value(base + f * (x - base), 0.0, 255.0)
 
@@ -262,24 +267,6 @@ def ssd_train_preprocess(jpeg, boxes, labels, seed, *, max_samples: int = 1, siz
 
 
 # ---- datasets ----
-
-def check_max_samples(max_samples: int):
-    if int(max_samples) not in MAX_SAMPLES_ALLOWED:
-        raise ConfigError(f"max_samples={max_samples}: MLPerf allows {MAX_SAMPLES_ALLOWED} "
-                          "(the reference's num_cropping_iterations)")
-
-
-def check_epoch_fits(num_images: int, batch_size: int, num_batches: int, paths) -> None:
-    """A worker's epoch (num_batches x batch_size samples) must hold each of its num_images trainable images."""
-    if num_images <= 0:
-        raise DataError(f"no image with an object in {list(paths)[:3]}...: no trainable image (SSD needs images "
-                        f"with annotations)")
-    if num_images > num_batches * batch_size:
-        raise DataError(f"this worker's record files hold {num_images} trainable images, more than its "
-                        f"{num_batches} x {batch_size} samples per epoch: the train shards are unbalanced over the "
-                        f"workers (prepare the data with a number of train shards that is a multiple of the worker "
-                        f"count, or use fewer workers)")
-
 
 def ssd_train_examples(paths: list[str], *, seed: int, epoch: int, num_samples: int, shuffle_buffer: int = 10_000,
                        skip_crowd: bool = False, cycle_length: int = 10) -> tf.data.Dataset:
@@ -368,7 +355,7 @@ def ssd_eval_dataset(paths: list[str], *, batch_size: int, skip_empty: bool = Tr
     return image.with_threads(dataset, threads)
 
 
-__all__ = ["COLOR_JITTER", "CROP_MAX_IOU", "CROP_MIN_IOU", "MAX_SAMPLES_ALLOWED",
-           "check_epoch_fits", "check_max_samples", "color_jitter", "crop_boxes", "decode_window",
-           "encode_targets", "flip_boxes", "iou_matrix", "ssd_crop",
+__all__ = ["COLOR_JITTER", "CROP_MAX_IOU", "CROP_MIN_IOU", "MAX_SAMPLES_ALLOWED", "apply_jitter",
+           "check_epoch_fits", "check_max_samples", "color_jitter", "crop_boxes", "crop_draws", "decode_window",
+           "encode_targets", "flip_boxes", "iou_matrix", "jitter_draws", "ssd_crop",
            "ssd_eval_dataset", "ssd_train_dataset", "ssd_train_examples", "ssd_train_preprocess"]

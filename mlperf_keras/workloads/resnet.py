@@ -171,7 +171,10 @@ class ResNet50(Workload):
                               f"--hparams=train_epochs={config.max_epochs} or a smaller --max_epochs")
 
     def _check(self, config):
+        from mlperf_keras.inputs import jpeg_batches
+
         hp = config.hparams
+        jpeg_batches.check_pipeline(hp["input_pipeline"], config.backend)   # refuses a bad value at start
         if hp["optimizer"] not in ("sgd", "lars"):
             raise ConfigError(f"hyperparameter optimizer={hp['optimizer']!r}: expected sgd or lars")
         if hp["lr_schedule"] not in ("step", "poly"):

@@ -109,6 +109,10 @@ class SSD(Workload):
             "max_samples": 1,              # crop attempts per chosen mode (the rules allow 1 or 50)
             "skip_crowd": False,           # the reference trains on crowd boxes too
             "shuffle_buffer": 4096,        # records, per worker
+            # auto: tf.data on TensorFlow; on JAX with a GPU, crops decoded on it and resized, jittered and matched
+            # to the default boxes there (inputs/ssd_jax; host decoding where nvImageCodec or CuPy is missing); on
+            # JAX without one, tf.data (or host decoding without TensorFlow). tf.data, gpu or host force one.
+            "input_pipeline": "auto",
             "score_threshold": 0.05,       # evaluation: candidates per class above this score
             "nms_iou": 0.5,
             "max_detections": 200,
@@ -152,7 +156,10 @@ class SSD(Workload):
                               "data_prep.ssd_backbone); --backbone_weights=none trains from random weights")
 
     def _check(self, config):
+        from mlperf_keras.inputs import jpeg_batches
+
         hp = config.hparams
+        jpeg_batches.check_pipeline(hp["input_pipeline"], config.backend)   # refuses a bad value at start
         if hp["max_samples"] not in (1, 50):
             raise ConfigError(f"max_samples={hp['max_samples']}: the MLPerf rules allow 1 or 50")
         if hp["warmup_epochs"] <= 0:
@@ -214,9 +221,9 @@ class SSD(Workload):
         return max(1, math.ceil(images / config.global_batch_size))
 
     def train_data(self, config, dist, manifest):
-        from mlperf_keras.inputs import records
+        from mlperf_keras.inputs.manifest import worker_files
 
-        paths = records.worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
+        paths = worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
         return _CocoTrainData(config, dist.rank, paths, self.steps_per_epoch(config, manifest),
                               manifest["counts"]["train_images_annotated"])
 
@@ -237,10 +244,9 @@ class SSD(Workload):
         if manifest is None:
             images = np.random.default_rng(config.seed + 7).integers(0, 256, (batch, 300, 300, 3), dtype=np.uint8)
             return SyntheticForwardEvaluator(images, batch, config.hparams["val_images"], dist)
-        from mlperf_keras.inputs import records
-        from mlperf_keras.inputs.manifest import split_shards
+        from mlperf_keras.inputs.manifest import split_shards, worker_files
 
-        paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
+        paths = worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
         annotations = os.path.join(config.data_dir, split_shards(manifest, "annotations")[0]["name"])
         return _CocoEvaluator(config, dist, paths, annotations,
                               manifest["categories"], manifest["counts"]["val_images_annotated"], batch)
@@ -260,28 +266,46 @@ class SSD(Workload):
     # ---- demo ----
 
 
+def input_pipeline(config) -> str:
+    """Which input pipeline the hparam input_pipeline picks here: tf.data, gpu or host (inputs/ssd_jax)."""
+    from mlperf_keras.inputs import jpeg_batches
+
+    return jpeg_batches.choose_pipeline(config.hparams["input_pipeline"])
+
+
 class _CocoTrainData(TrainData):
     def __init__(self, config, rank, paths, steps, samples):
-        from mlperf_keras.inputs import coco_records
-        from mlperf_keras.inputs import ssd as ssd_pipeline
+        from mlperf_keras.inputs import ssd_augmentation
 
         self.config, self.rank, self.paths = config, rank, paths
         self.steps_per_epoch, self.samples_per_epoch = steps, samples
+        self.pipeline = input_pipeline(config)
         # This worker's trainable images, counted once (one read of its files): every epoch serves each of them
         # exactly once and fails up front when its share does not fit in an epoch.
-        self.num_images = coco_records.count_images(paths, skip_crowd=config.hparams["skip_crowd"])
-        ssd_pipeline.check_epoch_fits(self.num_images, config.per_worker_batch_size, steps, paths)
+        if self.pipeline == "tf.data":
+            from mlperf_keras.inputs.coco_records import count_images
+        else:
+            from mlperf_keras.inputs.ssd_jax import count_images
+        self.num_images = count_images(paths, skip_crowd=config.hparams["skip_crowd"])
+        ssd_augmentation.check_epoch_fits(self.num_images, config.per_worker_batch_size, steps, paths)
 
     def batches(self, epoch):
-        from mlperf_keras.inputs import records
-        from mlperf_keras.inputs import ssd as ssd_pipeline
-
         hp = self.config.hparams
-        return records.backend_batches(ssd_pipeline.ssd_train_dataset(
-            self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
+        if self.pipeline == "tf.data":
+            from mlperf_keras.inputs import records
+            from mlperf_keras.inputs import ssd as ssd_pipeline
+
+            return records.backend_batches(ssd_pipeline.ssd_train_dataset(
+                self.paths, seed=self.config.seed, epoch=epoch, rank=self.rank,
+                batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
+                max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"],
+                num_images=self.num_images))
+        from mlperf_keras.inputs import jpeg_batches, ssd_jax
+
+        return ssd_jax.train_batches(
+            self.paths, jpeg_batches.make_decoder(self.pipeline), seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
-            max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"],
-            num_images=self.num_images))
+            max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"])
 
 
 class _CocoEvaluator(Evaluator):
@@ -295,8 +319,6 @@ class _CocoEvaluator(Evaluator):
         self.metric = None
 
     def evaluate(self, predict):
-        from mlperf_keras.inputs import records
-        from mlperf_keras.inputs import ssd as ssd_pipeline
         from mlperf_keras.metrics import coco
 
         hp = self.config.hparams
@@ -305,8 +327,17 @@ class _CocoEvaluator(Evaluator):
                 self.annotation_file, self.categories, self.dist, expected_images=self.num_samples,
                 score_threshold=hp["score_threshold"], nms_iou=hp["nms_iou"], max_detections=hp["max_detections"])
         self.metric.reset()
-        dataset = ssd_pipeline.ssd_eval_dataset(self.paths, batch_size=self.batch)
-        for images, image_ids, heights, widths in records.backend_batches(dataset):
+        pipeline = input_pipeline(self.config)
+        if pipeline == "tf.data":
+            from mlperf_keras.inputs import records
+            from mlperf_keras.inputs import ssd as ssd_pipeline
+
+            batches = records.backend_batches(ssd_pipeline.ssd_eval_dataset(self.paths, batch_size=self.batch))
+        else:
+            from mlperf_keras.inputs import jpeg_batches, ssd_jax
+
+            batches = ssd_jax.eval_batches(self.paths, jpeg_batches.make_decoder(pipeline), batch_size=self.batch)
+        for images, image_ids, heights, widths in batches:
             loc, logits = predict(images)
             self.metric.add_batch(np.asarray(image_ids), np.asarray(heights), np.asarray(widths), loc, logits)
         return self.metric.result()

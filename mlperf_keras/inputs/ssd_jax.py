@@ -1,0 +1,386 @@
+"""SSD's COCO input on the JAX backend without TensorFlow: box arithmetic on the host, JPEGs decoded on the GPU,
+resize, colour jitter and the matching to the 8,732 default boxes there, batched.
+
+The same augmentation as the closed tf.data path (inputs/ssd.py, which follows the reference's SSDCropping,
+RandomHorizontalFlip, ColorJitter and Encoder), split where each part is cheap:
+1. host: the worker's records (inputs/record_reader, CRCs checked) in the closed path's kind of order
+   (record_streams.epoch_stream: seeded file order, interleave, images without objects left out before the shuffle
+   buffer, every trainable image once per epoch, the last batch filled by reading again);
+2. host, NumPy: per image the crop (`choose_crop`: ssd.ssd_crop's arithmetic on the same kind of draws: the mode of
+   each of max_rounds rounds, max_samples candidate windows each), the kept boxes clipped and re-normalised
+   (`crop_boxes`), the flip, the crop's pixel window from the JPEG header's size (ssd.decode_window's arithmetic),
+   the bilinear taps of the flipped window resized to 300x300 (image_geometry.train_geometry), the four jitter
+   factors and their order. One NumPy generator per (seed, epoch, worker, batch): the same distributions as the
+   tf.data path's stateless TensorFlow draws, not the same numbers;
+3. GPU: each crop window decoded alone (inputs/jpeg_batches: nvImageCodec region decodes into one canvas; PIL on
+   the host where nvImageCodec, CuPy or a GPU is missing, said once);
+4. GPU, one jitted function of static shapes: the bilinear resize in float32 (TF's legacy kernel), ColorJitter in
+   float32 with saturation after each adjustment and one rounding at the end (`jitter`: ssd.color_jitter's
+   arithmetic, tf.image.adjust_hue's HSV shift), and the targets (`encode`: every default box takes the
+   ground-truth box it overlaps most, each box claims its best default box, offsets against the default boxes).
+   Ground truth is padded to a power of two of boxes per batch, so a handful of shapes compile.
+Evaluation: the whole image resized to 300x300, image id, height and width (ssd.ssd_eval_dataset), the last batch
+padded with zero images of id -1.
+
+Where this differs from the tf.data path, measured in tests/test_ssd_jax.py: the targets are matched in float32
+(the tf.data path: float64; the reference: float32). Where two default boxes overlap an object equally (mirror-image
+boxes, IoUs 2e-8 apart in float64), the object's forced positive can land on the other box of the pair: on 64
+random images, 8 objects of 7 images; a default box whose IoU lies within float32's rounding of 0.5 could change
+label too (none seen).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Iterator
+
+import numpy as np
+
+from mlperf_keras.inputs import default_boxes, image_geometry, record_reader, record_streams
+from mlperf_keras.inputs.jpeg_batches import BatchGeometry, bilinear_from_canvas, resize_from_canvas, to_uint8
+from mlperf_keras.inputs.manifest import DataError
+from mlperf_keras.inputs.ssd_augmentation import COLOR_JITTER, CROP_MAX_IOU, CROP_MIN_IOU, check_max_samples
+
+_COORDS = ("xmin", "ymin", "xmax", "ymax")
+_MIN_GT = 8
+
+
+# ---- records ----
+
+def parse_detection(serialized) -> dict:
+    """One COCO detection record of data_prep.coco -> {"jpeg", "boxes" float32 [n, 4] ltrb normalised, "labels"
+    int32 [n], "is_crowd" bool [n], "image_id", "height", "width"} (coco_records.parse_detection without TF)."""
+    ex = record_reader.parse_example(serialized)
+    try:
+        (jpeg,) = ex["image/encoded"]
+        coords = [np.asarray(ex[f"image/object/bbox/{k}"], np.float32) for k in _COORDS]
+        labels = np.asarray(ex["image/object/class/label"], np.int64)
+        crowd = np.asarray(ex["image/object/is_crowd"], np.int64)
+        (image_id,), (height,), (width,) = ex["image/id"], ex["image/height"], ex["image/width"]
+    except (KeyError, ValueError):
+        raise DataError("record is not a COCO detection example of data_prep.coco (image/encoded, image/id, "
+                        "image/object/bbox/*, image/object/class/label, image/object/is_crowd)") from None
+    if any(len(c) != len(labels) for c in coords) or len(crowd) != len(labels):
+        raise DataError("COCO record: bbox coordinates, class/label and is_crowd differ in length")
+    return {"jpeg": jpeg, "boxes": np.stack(coords, axis=1).reshape(-1, 4), "labels": labels.astype(np.int32),
+            "is_crowd": crowd != 0, "image_id": int(image_id), "height": int(height), "width": int(width)}
+
+
+def trainable(serialized, skip_crowd: bool = False) -> dict | None:
+    """The parsed record, crowd objects dropped when skip_crowd; None for an image left without objects."""
+    example = parse_detection(serialized)
+    if skip_crowd:
+        keep = ~example["is_crowd"]
+        example = {**example, "boxes": example["boxes"][keep], "labels": example["labels"][keep],
+                   "is_crowd": example["is_crowd"][keep]}
+    return example if len(example["labels"]) else None
+
+
+def count_images(paths: list[str], *, skip_crowd: bool = False) -> int:
+    """How many images of `paths` hold an object (coco_records.count_images without TF)."""
+    return sum(trainable(r, skip_crowd) is not None for r in record_streams.in_order(paths))
+
+
+# ---- host: the crop, the boxes, the window ----
+
+def draw_crop(rng: np.random.Generator, max_samples: int = 1, max_rounds: int = 50):
+    """The draws of one image's crop: (modes int [R], uniforms float32 [R, S, 4])."""
+    return (rng.integers(0, len(CROP_MIN_IOU), max_rounds),
+            rng.random((max_rounds, max_samples, 4), dtype=np.float32))
+
+
+def choose_crop(boxes: np.ndarray, modes: np.ndarray, uniforms: np.ndarray):
+    """ssd.ssd_crop's choice given its draws: -> (window ltrb float32 [4] normalised, keep bool [n], mode)."""
+    boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
+    rounds = len(modes)
+    u = np.asarray(uniforms, np.float32)
+    w, h = np.float32(0.3) + np.float32(0.7) * u[..., 0], np.float32(0.3) + np.float32(0.7) * u[..., 1]
+    left, top = u[..., 2] * (np.float32(1) - w), u[..., 3] * (np.float32(1) - h)
+    right, bottom = left + w, top + h
+    candidates = np.stack([left, top, right, bottom], axis=-1)                    # [R, S, 4]
+    aspect_ok = (w / h >= 0.5) & (w / h <= 2.0)
+    ious = _iou32(candidates.reshape(-1, 4), boxes).reshape(*w.shape, len(boxes))
+    low = np.asarray(CROP_MIN_IOU, np.float32)[modes][:, None, None]
+    high = np.asarray(CROP_MAX_IOU, np.float32)[modes][:, None, None]
+    with np.errstate(invalid="ignore"):   # mode 0's bounds are NaN: never valid, as in TF
+        iou_ok = np.all((ious > low) & (ious < high), axis=2)
+    centre_x = ((boxes[:, 0] + boxes[:, 2]) / np.float32(2))[None, None]
+    centre_y = ((boxes[:, 1] + boxes[:, 3]) / np.float32(2))[None, None]
+    inside = ((centre_x > left[..., None]) & (centre_x < right[..., None])
+              & (centre_y > top[..., None]) & (centre_y < bottom[..., None]))
+    valid = aspect_ok & iou_ok & inside.any(axis=2)
+    whole_mode = modes == 0
+    round_ok = whole_mode | valid.any(axis=1)
+    first_round = int(np.argmax(round_ok)) if round_ok.any() else rounds
+    r = min(first_round, rounds - 1)
+    s = int(np.argmax(valid[r])) if valid[r].any() else valid.shape[1] - 1
+    if whole_mode[r] or first_round >= rounds:
+        return np.array([0, 0, 1, 1], np.float32), np.ones(len(boxes), bool), 0
+    return candidates[r, s], inside[r, s], int(modes[r])
+
+
+def _iou32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ssd.iou_matrix's float32 arithmetic (the crop's; the targets' is in `encode`)."""
+    a, b = a[:, None, :], b[None, :, :]
+    wh = np.maximum(np.minimum(a[..., 2:], b[..., 2:]) - np.maximum(a[..., :2], b[..., :2]), np.float32(0))
+    inter = wh[..., 0] * wh[..., 1]
+    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
+    union = area_a + (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1]) - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, np.float32(1)), np.float32(0))
+
+
+def crop_boxes(boxes, labels, window, keep):
+    """The kept boxes clipped to the window and re-normalised to it (ssd.crop_boxes)."""
+    boxes, labels = np.asarray(boxes, np.float32)[keep], np.asarray(labels)[keep]
+    left, top, right, bottom = window
+    w, h = right - left, bottom - top
+    clipped = np.stack([np.maximum(boxes[:, 0], left), np.maximum(boxes[:, 1], top),
+                        np.minimum(boxes[:, 2], right), np.minimum(boxes[:, 3], bottom)], axis=1)
+    return ((clipped - np.array([left, top, left, top], np.float32)) / np.array([w, h, w, h], np.float32),
+            labels)
+
+
+def flip_boxes(boxes):
+    return np.stack([1.0 - boxes[:, 2], boxes[:, 1], 1.0 - boxes[:, 0], boxes[:, 3]], axis=1).astype(np.float32)
+
+
+def pixel_window(window, height: int, width: int) -> tuple[int, int, int, int]:
+    """(y, x, h, w) of a normalised ltrb window in an image of height x width (ssd.decode_window's arithmetic)."""
+    size = np.array([width, height, width, height], np.float32)
+    left, top, right, bottom = (int(v) for v in np.floor(np.asarray(window, np.float32) * size))
+    h, w = max(bottom - top, 1), max(right - left, 1)
+    return min(top, height - h), min(left, width - w), h, w
+
+
+def draw_jitter(rng: np.random.Generator, brightness: float = 0.125, contrast: float = 0.5,
+                saturation: float = 0.5, hue: float = 0.05):
+    """ColorJitter's draws for one image: (factors float32 [4]: brightness, contrast, saturation, hue shift;
+    order int32 [4]: the adjustments' order)."""
+    low = np.array([max(0.0, 1 - brightness), max(0.0, 1 - contrast), max(0.0, 1 - saturation), -hue], np.float32)
+    high = np.array([1 + brightness, 1 + contrast, 1 + saturation, hue], np.float32)
+    return low + (high - low) * rng.random(4, dtype=np.float32), rng.permutation(4).astype(np.int32)
+
+
+# ---- GPU: jitter and targets ----
+
+def _grayscale(x):
+    import jax.numpy as jnp
+
+    return jnp.tensordot(x, jnp.asarray([0.299, 0.587, 0.114], jnp.float32), axes=[[-1], [0]])[..., None]
+
+
+def adjust_hue(x, delta):
+    """tf.image.adjust_hue's CPU kernel (tensorflow/core/kernels/image/adjust_hue_op.cc: rgb_to_hv_range,
+    hv_range_to_rgb) on float32 RGB [..., 3]; delta [...] broadcast per image, a fraction of a turn."""
+    import jax.numpy as jnp
+
+    r, g, b = x[..., 0], x[..., 1], x[..., 2]
+    # the kernel's six orderings, ties to whichever side its comparisons put them
+    r_lt_g = r < g
+    category = jnp.where(r_lt_g, jnp.where(b < r, 1, jnp.where(b > g, 3, 2)),
+                         jnp.where(b < g, 0, jnp.where(b > r, 4, 5)))
+    v_max = jnp.where(r_lt_g, jnp.where(b > g, b, g), jnp.where(b > r, b, r))
+    v_min = jnp.where(r_lt_g, jnp.where(b < r, b, r), jnp.where(b < g, b, g))
+    v_mid = jnp.select([category == 0, category == 1, category == 2, category == 3, category == 4],
+                       [g, r, b, g, r], b)
+    span = v_max - v_min
+    ratio = (v_mid - v_min) / jnp.where(span > 0, span, 1.0)
+    increase = (category % 2) == 0
+    h = jnp.where(span > 0, category + jnp.where(increase, ratio, 1.0 - ratio), 0.0)
+    h = jnp.fmod(h + delta[..., None, None] * 6.0, 6.0)
+    h = jnp.where(h < 0, h + 6.0, h)
+    out_category = h.astype(jnp.int32)
+    out_ratio = h - out_category
+    out_ratio = jnp.where((out_category % 2) == 0, out_ratio, 1.0 - out_ratio)
+    mid = v_min + out_ratio * span
+    c = out_category
+    new_r = jnp.select([c == 0, c == 1, c == 2, c == 3, c == 4], [v_max, mid, v_min, v_min, mid], v_max)
+    new_g = jnp.select([c == 0, c == 1, c == 2, c == 3, c == 4], [mid, v_max, v_max, mid, v_min], v_min)
+    new_b = jnp.select([c == 0, c == 1, c == 2, c == 3, c == 4], [v_min, v_min, mid, v_max, v_max], mid)
+    return jnp.stack([new_r, new_g, new_b], axis=-1)
+
+
+def jitter(x, factors, order):
+    """ssd.color_jitter on float32 images [B, H, W, 3] in [0, 255], per image factors [B, 4] and order [B, 4]."""
+    import jax.numpy as jnp
+
+    f = factors[:, :, None, None, None]
+
+    def blend(base, image, k):   # PIL ImageEnhance: base + f * (x - base), saturated to uint8's range
+        return jnp.clip(base + f[:, k] * (image - base), 0.0, 255.0)
+
+    for i in range(4):
+        gray = _grayscale(x)
+        options = jnp.stack([
+            blend(jnp.zeros_like(x), x, 0),
+            blend(jnp.round(jnp.mean(gray, axis=(1, 2, 3), keepdims=True)), x, 1),
+            blend(gray, x, 2),
+            jnp.clip(adjust_hue(x, factors[:, 3]), 0.0, 255.0),
+        ])
+        x = jnp.take_along_axis(options, order[None, :, i, None, None, None], axis=0)[0]
+    return x
+
+
+@functools.lru_cache(maxsize=None)
+def _dboxes(spec: default_boxes.DefaultBoxSpec):
+    xywh = default_boxes.default_boxes(spec)
+    return xywh, default_boxes.to_ltrb(xywh).astype(np.float32)
+
+
+def encode(gt_ltrb, gt_labels, gt_valid, spec: default_boxes.DefaultBoxSpec = default_boxes.SSD300,
+           iou_threshold: float = 0.5):
+    """ssd.encode_targets, batched and in float32: ground truth [B, G, 4], labels [B, G], valid [B, G] ->
+    (offsets float32 [B, D, 4], labels int32 [B, D])."""
+    import jax
+    import jax.numpy as jnp
+
+    xywh_np, ltrb_np = _dboxes(spec)
+    d_ltrb, d_xywh = jnp.asarray(ltrb_np), jnp.asarray(xywh_np)
+    num = len(xywh_np)
+
+    def one(gt, labels, valid):
+        a, b = gt[:, None, :], d_ltrb[None, :, :]
+        wh = jnp.maximum(jnp.minimum(a[..., 2:], b[..., 2:]) - jnp.maximum(a[..., :2], b[..., :2]), 0.0)
+        inter = wh[..., 0] * wh[..., 1]
+        area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
+        union = area_a + (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1]) - inter
+        ious = jnp.where(union > 0, inter / jnp.where(union > 0, union, 1.0), 0.0)
+        ious = jnp.where(valid[:, None], ious, -1.0)                            # [G, D]
+        best_iou, best_gt = jnp.max(ious, axis=0), jnp.argmax(ious, axis=0)
+        best_dbox = jnp.argmax(ious, axis=1)                                   # [G]
+        g = jnp.arange(gt.shape[0], dtype=jnp.int32)
+        # the last box claiming a default box wins it (padding claims nothing)
+        claimant = jnp.full((num,), -1, jnp.int32).at[jnp.where(valid, best_dbox, num)].max(g, mode="drop")
+        forced = claimant >= 0
+        best_iou = jnp.where(forced, 2.0, best_iou)
+        best_gt = jnp.where(forced, claimant, best_gt)
+        positive = best_iou > iou_threshold
+        out_labels = jnp.where(positive, labels[best_gt], 0).astype(jnp.int32)
+        boxes = jnp.where(positive[:, None], gt[best_gt], d_ltrb)
+        centre, size = (boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]
+        xy = (centre - d_xywh[:, :2]) / (spec.scale_xy * d_xywh[:, 2:])
+        wh = jnp.log(size / d_xywh[:, 2:]) / spec.scale_wh
+        return jnp.concatenate([xy, wh], axis=1), out_labels
+
+    return jax.vmap(one)(gt_ltrb, gt_labels, gt_valid)
+
+
+_train_fn = None
+
+
+def train_images_and_targets(canvas, taps, factors, order, gt, labels, valid_gt, spec=default_boxes.SSD300,
+                             color_jitter: bool = True):
+    """The jitted GPU half of a training batch: (uint8 images [B, S, S, 3], (offsets [B, D, 4], labels [B, D]))."""
+    global _train_fn
+    if _train_fn is None:
+        import jax
+        import jax.numpy as jnp
+
+        def build(canvas, taps, factors, order, gt, labels, valid_gt, spec, color_jitter):
+            pixels = bilinear_from_canvas(canvas, *taps)
+            if color_jitter:
+                pixels = jitter(pixels, factors, order)
+            images = to_uint8(pixels, jnp.ones(pixels.shape[0], bool))
+            return images, encode(gt, labels, valid_gt, spec)
+
+        _train_fn = jax.jit(build, static_argnames=("spec", "color_jitter"))
+    return _train_fn(canvas, tuple(taps), factors, order, gt, labels, valid_gt, spec=spec, color_jitter=color_jitter)
+
+
+# ---- batches ----
+
+class TrainPlan:
+    """The host half of one training batch: JPEGs, decode geometry, jitter draws and padded ground truth."""
+
+    def __init__(self, examples: list[dict], rng: np.random.Generator, *, size: int, max_samples: int,
+                 max_rounds: int = 50):
+        windows, flips, boxes, labels, self.factors, self.order = [], [], [], [], [], []
+        for example in examples:
+            height, width = image_geometry.jpeg_size(example["jpeg"])
+            window, keep, _ = choose_crop(example["boxes"], *draw_crop(rng, max_samples, max_rounds))
+            kept, kept_labels = crop_boxes(example["boxes"], example["labels"], window, keep)
+            flip = rng.random() < 0.5
+            windows.append(pixel_window(window, height, width))
+            flips.append(flip)
+            boxes.append(flip_boxes(kept) if flip else kept)
+            labels.append(kept_labels)
+            factors, order = draw_jitter(rng, **COLOR_JITTER)
+            self.factors.append(factors)
+            self.order.append(order)
+        self.jpegs = [e["jpeg"] for e in examples]
+        windows = np.asarray(windows, np.int64)
+        rows, cols = image_geometry.train_geometry(windows, flips, size)
+        self.geometry = BatchGeometry(windows, rows, cols, np.ones(len(examples), bool))
+        self.factors, self.order = np.stack(self.factors), np.stack(self.order)
+        g = max(_MIN_GT, 1 << max(0, max(len(b) for b in boxes) - 1).bit_length())
+        self.gt = np.zeros((len(examples), g, 4), np.float32)
+        self.gt_labels = np.zeros((len(examples), g), np.int32)
+        self.gt_valid = np.zeros((len(examples), g), bool)
+        for i, (b, lab) in enumerate(zip(boxes, labels)):
+            self.gt[i, :len(b)], self.gt_labels[i, :len(b)], self.gt_valid[i, :len(b)] = b, lab, True
+
+
+def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
+                  max_samples: int = 1, shuffle_buffer: int = 4096, skip_crowd: bool = False,
+                  spec: default_boxes.DefaultBoxSpec = default_boxes.SSD300, max_rounds: int = 50,
+                  cycle_length: int = 10, prefetch: int = 2) -> Iterator:
+    """Exactly num_batches (images uint8 [B, S, S, 3], (offsets float32 [B, D, 4], labels int32 [B, D])) of one
+    worker's epoch, as JAX arrays (ssd.ssd_train_dataset's batches)."""
+    check_max_samples(max_samples)
+    examples = record_streams.epoch_stream(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
+                                           shuffle_buffer=shuffle_buffer, cycle_length=cycle_length,
+                                           parse=functools.partial(trainable, skip_crowd=skip_crowd))
+
+    def plan():
+        for index in range(num_batches):
+            chunk = [next(examples) for _ in range(batch_size)]
+            rng = np.random.default_rng([int(seed), int(epoch), int(rank), index, 0x55D])
+            yield TrainPlan(chunk, rng, size=spec.fig_size, max_samples=max_samples, max_rounds=max_rounds)
+
+    def decode():
+        for p in record_streams.prefetched(plan(), prefetch, "ssd-input"):
+            canvas = decoder.canvas(p.jpegs, p.geometry)
+            yield train_images_and_targets(canvas, p.geometry.taps(), p.factors, p.order, p.gt, p.gt_labels,
+                                           p.gt_valid, spec=spec)
+
+    return record_streams.prefetched(decode(), prefetch, "ssd-input")
+
+
+def eval_batches(paths: list[str], decoder, *, batch_size: int, skip_empty: bool = True, size: int = 300,
+                 cycle_length: int = 10, prefetch: int = 2) -> Iterator:
+    """Every record of `paths` once, in order, in full batches: (images uint8 [B, size, size, 3] as a JAX array,
+    image_id int64 [B], height int32 [B], width int32 [B]), the last batch padded with zero images of id -1
+    (ssd.ssd_eval_dataset's batches)."""
+    examples = (parse_detection(r) for r in record_streams.in_order(paths, cycle_length))
+    if skip_empty:
+        examples = (e for e in examples if len(e["labels"]))
+
+    def plan():
+        while True:
+            chunk = [e for _, e in zip(range(batch_size), examples)]
+            if not chunk:
+                return
+            missing = batch_size - len(chunk)
+            sizes = [image_geometry.jpeg_size(e["jpeg"]) for e in chunk] + [(1, 1)] * missing
+            windows = np.array([(0, 0, h, w) for h, w in sizes], np.int64)
+            rows, cols = image_geometry.train_geometry(windows, np.zeros(batch_size, bool), size)
+            valid = np.arange(batch_size) < len(chunk)
+            # a padding entry decodes a 1x1 window of the first image, zeroed by the mask
+            jpegs = [e["jpeg"] for e in chunk] + [chunk[0]["jpeg"]] * missing
+            ids = np.array([e["image_id"] for e in chunk] + [-1] * missing, np.int64)
+            heights = np.array([e["height"] for e in chunk] + [0] * missing, np.int32)
+            widths = np.array([e["width"] for e in chunk] + [0] * missing, np.int32)
+            yield jpegs, BatchGeometry(windows, rows, cols, valid), ids, heights, widths
+            if missing:
+                return
+
+    def decode():
+        for jpegs, geometry, ids, heights, widths in record_streams.prefetched(plan(), prefetch, "ssd-eval"):
+            canvas = decoder.canvas(jpegs, geometry)
+            yield resize_from_canvas(canvas, geometry.taps(), geometry.valid), ids, heights, widths
+
+    return record_streams.prefetched(decode(), prefetch, "ssd-eval")
+
+
+__all__ = ["TrainPlan", "adjust_hue", "choose_crop", "count_images", "crop_boxes", "draw_crop", "draw_jitter",
+           "encode", "eval_batches", "flip_boxes", "jitter", "parse_detection", "pixel_window", "train_batches",
+           "train_images_and_targets", "trainable"]
