@@ -251,5 +251,6 @@ def choose_pipeline(requested: str) -> str:
     return "tf.data"
 
 
-__all__ = ["BatchGeometry", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas", "check_pipeline", "choose_pipeline",
+__all__ = ["BatchGeometry", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas", "check_pipeline",
+           "choose_pipeline",
            "gpu_decoder_missing", "make_decoder", "resize_from_canvas", "to_uint8"]

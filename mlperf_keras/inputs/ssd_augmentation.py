@@ -36,4 +36,5 @@ def check_epoch_fits(num_images: int, batch_size: int, num_batches: int, paths) 
                         f"count, or use fewer workers)")
 
 
-__all__ = ["COLOR_JITTER", "CROP_MAX_IOU", "CROP_MIN_IOU", "MAX_SAMPLES_ALLOWED", "check_epoch_fits", "check_max_samples"]
+__all__ = ["COLOR_JITTER", "CROP_MAX_IOU", "CROP_MIN_IOU", "MAX_SAMPLES_ALLOWED", "check_epoch_fits",
+           "check_max_samples"]
