@@ -38,7 +38,8 @@ if os.environ.get("WORKER_MODEL", "ncf") == "resnet":
 
     workload = ResNet50()
     hparams = {**workload.reference_hparams("0.7"), **workload.demo_hparams, "num_classes": 10}
-    config = types.SimpleNamespace(hparams=hparams, seed=seed, max_epochs=1, eval_offset=0)
+    config = types.SimpleNamespace(hparams=hparams, seed=seed, max_epochs=1, eval_offset=0,
+                                   backend=os.environ["KERAS_BACKEND"])
 
     def global_batches():
         for _ in range(num_steps):
