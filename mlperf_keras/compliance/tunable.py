@@ -16,8 +16,9 @@ by one factor. Besides the rules' entries, every workload may change
 - the batch (--batch_size, and the hparam of its default): every round lets it be chosen, and each workload already
   scales its learning rate with it (and checks the scaled value where the rules constrain it);
 - IMPLEMENTATION_KEYS: how the same computation runs (eval batch, mask-pasting processes, where NCF's negatives are
-  drawn, padded eval shapes, which stock dropout generator, Mask R-CNN's static bound on objects, where ResNet's
-  JPEGs are decoded, which reader reads the translation records), not what it computes;
+  drawn, padded eval shapes, which stock dropout generator, Mask R-CNN's static bound on objects, where ResNet's,
+  SSD's and Mask R-CNN's JPEGs are decoded and resized (input_pipeline), which reader reads the translation
+  records), not what it computes;
 - a count that follows from the prepared data, set to the data's own value (config.check_hparams refuses any other).
 An override equal to the reference's value is not a change. Everything else is refused under --division=closed.
 

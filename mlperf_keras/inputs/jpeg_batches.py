@@ -1,7 +1,8 @@
-"""JPEG batches for the JAX input pipelines (ResNet: inputs/imagenet_gpu.py, SSD: inputs/ssd_jax.py): each image's
-source window decoded into one flat uint8 canvas, on the GPU (nvImageCodec region decodes, copied into a CuPy
-canvas, imported into JAX once by DLPack) or on the host (PIL threads, one device_put), then one jitted bilinear
-resize of static shapes gathers every output pixel's four taps from the canvas.
+"""JPEG batches for the JAX input pipelines (ResNet: inputs/imagenet_gpu.py, SSD: inputs/ssd_jax.py, Mask R-CNN:
+inputs/maskrcnn_jax.py, which brings its own resize taps): each image's source window decoded into one flat uint8
+canvas, on the GPU (nvImageCodec region decodes, copied into a CuPy canvas, imported into JAX once by DLPack) or on
+the host (PIL threads, one device_put), then one jitted bilinear resize of static shapes gathers every output
+pixel's four taps from the canvas.
 
 Why one canvas: per-image JAX operations on variable shapes compile per shape and dispatch one by one; a canvas
 whose size is rounded up to a power of two keeps the jitted functions to a handful of shapes.
@@ -25,22 +26,16 @@ _said: set = set()
 
 # ---- geometry of a batch ----
 
-class BatchGeometry:
-    """Per image: the source window to decode (y, x, h, w) and the taps of the output rows and cols relative to it;
-    packed, the flat canvas offsets the jitted resize gathers from."""
+class CanvasLayout:
+    """Where each image's decoded source window (y, x, h, w) lies in the flat canvas: the decoders' part of a batch's
+    geometry (BatchGeometry adds the 2-tap resize; Mask R-CNN's inputs/maskrcnn_jax.py its PIL-like taps)."""
 
-    def __init__(self, windows: np.ndarray, rows: tuple, cols: tuple, valid: np.ndarray):
-        """windows [B, 4]; rows and cols: (lower, upper, lerp), each [B, S]."""
+    def __init__(self, windows: np.ndarray, valid: np.ndarray):
+        """windows [B, 4] int64; valid [B] bool."""
         self.windows, self.valid = windows, valid
         sizes = windows[:, 2] * windows[:, 3] * 3
         self.bases = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         self.needed = int(sizes.sum())
-        widths = windows[:, 3:4] * 3
-        self.row_lo = rows[0] * widths + self.bases[:, None]
-        self.row_hi = rows[1] * widths + self.bases[:, None]
-        self.row_lerp = rows[2].astype(np.float32)
-        self.col_lo, self.col_hi = cols[0] * 3, cols[1] * 3
-        self.col_lerp = cols[2].astype(np.float32)
 
     def canvas_size(self) -> int:
         size = max(_MIN_CANVAS, 1 << max(0, self.needed - 1).bit_length())
@@ -48,6 +43,21 @@ class BatchGeometry:
             raise DataError(f"one batch's crops need {self.needed:,} bytes, more than one canvas indexes (2 GiB): "
                             f"use a smaller batch per worker")
         return size
+
+
+class BatchGeometry(CanvasLayout):
+    """Per image: the source window to decode (y, x, h, w) and the taps of the output rows and cols relative to it;
+    packed, the flat canvas offsets the jitted resize gathers from."""
+
+    def __init__(self, windows: np.ndarray, rows: tuple, cols: tuple, valid: np.ndarray):
+        """windows [B, 4]; rows and cols: (lower, upper, lerp), each [B, S]."""
+        super().__init__(windows, valid)
+        widths = windows[:, 3:4] * 3
+        self.row_lo = rows[0] * widths + self.bases[:, None]
+        self.row_hi = rows[1] * widths + self.bases[:, None]
+        self.row_lerp = rows[2].astype(np.float32)
+        self.col_lo, self.col_hi = cols[0] * 3, cols[1] * 3
+        self.col_lerp = cols[2].astype(np.float32)
 
     def taps(self):
         return (self.row_lo.astype(np.int32), self.row_hi.astype(np.int32), self.row_lerp,
@@ -144,7 +154,7 @@ class HostDecoder:
         except OSError as e:
             raise DataError(f"cannot decode a JPEG record ({e})") from None
 
-    def canvas(self, jpegs: list[bytes], geometry: BatchGeometry):
+    def canvas(self, jpegs: list[bytes], geometry: CanvasLayout):
         import jax
 
         canvas = np.empty(geometry.canvas_size(), np.uint8)
@@ -167,7 +177,7 @@ class GpuDecoder:
         self._decoder = nvimgcodec.Decoder()
         self._stream = cupy.cuda.Stream(non_blocking=True)
 
-    def canvas(self, jpegs: list[bytes], geometry: BatchGeometry):
+    def canvas(self, jpegs: list[bytes], geometry: CanvasLayout):
         import jax
 
         cp, nv = self._cupy, self._nvimgcodec
@@ -251,6 +261,6 @@ def choose_pipeline(requested: str) -> str:
     return "tf.data"
 
 
-__all__ = ["BatchGeometry", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas", "check_pipeline",
-           "choose_pipeline",
-           "gpu_decoder_missing", "make_decoder", "resize_from_canvas", "to_uint8"]
+__all__ = ["BatchGeometry", "CanvasLayout", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas",
+           "check_pipeline", "choose_pipeline", "gpu_decoder_missing", "make_decoder", "resize_from_canvas",
+           "to_uint8"]

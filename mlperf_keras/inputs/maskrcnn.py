@@ -51,16 +51,13 @@ stream) only, as in inputs/image.py.
 """
 from __future__ import annotations
 
-import math
-
 import tensorflow as tf
 
 from mlperf_keras.inputs import coco_records, image, records
-from mlperf_keras.inputs.manifest import DataError
-from mlperf_keras.inputs.maskrcnn_shapes import LANDSCAPE, MAX_SIZE, MIN_SIZE, PORTRAIT, padded_shape
-
-MAX_VERTICES = 256                      # polygon edges per object when no manifest gives COCO's (train_dataset)
-PAD_RGB = (123, 116, 103)               # Detectron's PIXEL_MEAN (BGR 102.98, 115.95, 122.77) as RGB uint8
+# the TF-free shapes, constants and pass arithmetic, shared with inputs/maskrcnn_jax.py (re-exported here)
+from mlperf_keras.inputs.maskrcnn_shapes import (LANDSCAPE, MAX_SIZE, MAX_VERTICES, MIN_SIZE, PAD_RGB,  # noqa: F401
+                                                 PORTRAIT, check_epoch_fits, check_pass_fits, grouped_batches_needed,
+                                                 padded_shape, stream_position)
 
 _POLYGONS = {"image/object/polygon/parts": tf.io.VarLenFeature(tf.int64),
              "image/object/polygon/vertices": tf.io.VarLenFeature(tf.int64),
@@ -244,40 +241,6 @@ def count_groups(paths: list[str]) -> tuple[int, int]:
     counts = groups.reduce(tf.zeros([2], tf.int64),
                            lambda total, g: total + tf.one_hot(g, 2, dtype=tf.int64))  # -1: a zero row
     return int(counts[0]), int(counts[1])
-
-
-def grouped_batches_needed(groups: tuple[int, int], batch_size: int) -> int:
-    return sum(math.ceil(n / batch_size) for n in groups)
-
-
-def check_epoch_fits(groups: tuple[int, int], batch_size: int, num_batches: int, paths,
-                     limit: str | None = None) -> None:
-    """DataError unless the worker has a trainable image and its grouped batches number at most num_batches
-    (limit: how the message names that bound)."""
-    if sum(groups) == 0:
-        raise DataError(f"no trainable image in {list(paths)[:3]}... (Mask R-CNN trains on images with an object "
-                        f"wider and taller than 1 pixel)")
-    needed = grouped_batches_needed(groups, batch_size)
-    if needed > num_batches:
-        raise DataError(f"this worker's record files hold {groups[0]} landscape and {groups[1]} portrait trainable "
-                        f"images: {needed} batches of {batch_size}, more than {limit or f'its {num_batches} per epoch'}"
-                        f"; the train shards are unbalanced over the workers (prepare the data with a number of "
-                        f"train shards that is a multiple of the worker count, or use fewer workers)")
-
-
-def check_pass_fits(groups: tuple[int, int], batch_size: int, steps_per_epoch: int, paths) -> None:
-    """A worker's pass over its images may outlast an epoch by the one batch that the two orientation groups' last,
-    partial batches can add to the reference's epoch_size // batch + 1; a longer pass means this worker holds more
-    than its share of the images (DataError)."""
-    check_epoch_fits(groups, batch_size, steps_per_epoch + 1, paths,
-                     limit=f"the {steps_per_epoch} of an epoch by more than one")
-
-
-def stream_position(batch: int, pass_batches: int) -> tuple[int, int]:
-    """(data pass, batches into it) of the `batch`-th batch of a worker's training stream: passes of pass_batches
-    batches each, back to back, as IterationBasedBatchSampler re-runs the grouped batch sampler (data/samplers/
-    iteration_based_batch_sampler.py at 0badcd17); epoch k starts at batch k x steps_per_epoch."""
-    return divmod(int(batch), int(pass_batches))
 
 
 def train_dataset(paths: list[str], *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,

@@ -49,7 +49,12 @@ _MIN_GT = 8
 def parse_detection(serialized) -> dict:
     """One COCO detection record of data_prep.coco -> {"jpeg", "boxes" float32 [n, 4] ltrb normalised, "labels"
     int32 [n], "is_crowd" bool [n], "image_id", "height", "width"} (coco_records.parse_detection without TF)."""
-    ex = record_reader.parse_example(serialized)
+    return detection(record_reader.parse_example(serialized))
+
+
+def detection(ex: dict) -> dict:
+    """parse_detection's dict from a record already parsed by record_reader.parse_example (Mask R-CNN's parse reads
+    its polygons from the same dict)."""
     try:
         (jpeg,) = ex["image/encoded"]
         coords = [np.asarray(ex[f"image/object/bbox/{k}"], np.float32) for k in _COORDS]
@@ -381,6 +386,6 @@ def eval_batches(paths: list[str], decoder, *, batch_size: int, skip_empty: bool
     return record_streams.prefetched(decode(), prefetch, "ssd-eval")
 
 
-__all__ = ["TrainPlan", "adjust_hue", "choose_crop", "count_images", "crop_boxes", "draw_crop", "draw_jitter",
-           "encode", "eval_batches", "flip_boxes", "jitter", "parse_detection", "pixel_window", "train_batches",
-           "train_images_and_targets", "trainable"]
+__all__ = ["TrainPlan", "adjust_hue", "choose_crop", "count_images", "crop_boxes", "detection", "draw_crop",
+           "draw_jitter", "encode", "eval_batches", "flip_boxes", "jitter", "parse_detection", "pixel_window",
+           "train_batches", "train_images_and_targets", "trainable"]

@@ -9,7 +9,9 @@ paths below are under maskrcnn_benchmark/):
   (MODEL.WEIGHT catalog://ImageNetPretrained/MSRA/R-50) when --backbone_weights is given (python -m
   data_prep.maskrcnn_backbone converts it), else from random weights;
 - input: inputs.maskrcnn (short side 800, long side <= 1333, flip p 0.5, aspect-ratio grouping; the training set is
-  the 117,266 images with a usable annotation, the eval set all 5,000 val2017 images);
+  the 117,266 images with a usable annotation, the eval set all 5,000 val2017 images); on JAX without TensorFlow,
+  or when hparam input_pipeline asks, inputs.maskrcnn_jax's batches of the same structure (JPEGs decoded on the GPU
+  or the host, the resize on the device);
 - optimisation (solver/build.py make_optimizer, solver/lr_scheduler.py, engine/trainer.py): torch.optim.SGD with
   momentum 0.9 (optimizers.MomentumSGD, the same update), weight decay 1e-4 on weights and 0 on biases
   (WEIGHT_DECAY_BIAS), biases at 2x the learning rate (BIAS_LR_FACTOR); base LR 0.02 per 16 images
@@ -59,7 +61,7 @@ import numpy as np
 
 from mlperf_keras.compliance import closed_rules
 from mlperf_keras.config import ConfigError
-from mlperf_keras.inputs.maskrcnn_shapes import LANDSCAPE, PORTRAIT, padded_shape
+from mlperf_keras.inputs.maskrcnn_shapes import LANDSCAPE, MAX_VERTICES, PORTRAIT, padded_shape
 from mlperf_keras.interfaces import Evaluator, RepeatedBatch, SyntheticForwardEvaluator, TrainData
 from mlperf_keras.layers import backbone_weights
 from mlperf_keras.workloads.base import Workload, per_worker_eval_batch
@@ -69,7 +71,6 @@ from mlperf_keras.workloads.base import Workload, per_worker_eval_batch
 COCO2017 = {"train_images": 117_266, "val_images": 5_000, "num_classes": 81}
 BASE_LEARNING_RATE = 0.02           # per 16 images (SOLVER.BASE_LR at SOLVER.IMS_PER_BATCH 16)
 REFERENCE_BATCH = 16
-MAX_VERTICES = 256                  # inputs.maskrcnn.MAX_VERTICES (no TensorFlow import here)
 
 
 def iterations_per_epoch(images: int, global_batch: int) -> int:
@@ -165,6 +166,10 @@ class MaskRCNN(Workload):
             "min_size": 800,
             "max_size": 1333,
             "shuffle_buffer": 1024,             # records, per worker
+            # auto: tf.data on TensorFlow; on JAX with a GPU, whole JPEGs decoded on it and resized there
+            # (inputs/maskrcnn_jax; host decoding where nvImageCodec or CuPy is missing); on JAX without one,
+            # tf.data (or host decoding without TensorFlow). tf.data, gpu or host force one.
+            "input_pipeline": "auto",
             **{k: v for k, v in COCO2017.items() if k != "num_classes"},
         }
 
@@ -201,7 +206,10 @@ class MaskRCNN(Workload):
     # ---- model, optimizer, loss ----
 
     def check(self, config, manifest):
+        from mlperf_keras.inputs import jpeg_batches
+
         hp = config.hparams
+        jpeg_batches.check_pipeline(hp["input_pipeline"], config.backend)   # refuses a bad value at start
         if not 0 < hp["warmup_factor"] <= 1:
             raise ConfigError(f"warmup_factor={hp['warmup_factor']}: in (0, 1] (the reference's 1/3; the checker "
                               f"demands > 0)")
@@ -280,9 +288,9 @@ class MaskRCNN(Workload):
         return iterations_per_epoch(images, config.global_batch_size)
 
     def train_data(self, config, dist, manifest):
-        from mlperf_keras.inputs import records
+        from mlperf_keras.inputs.manifest import worker_files
 
-        paths = records.worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
+        paths = worker_files(config.data_dir, manifest, "train", dist.rank, dist.world_size)
         return _CocoTrainData(config, dist, paths, self.steps_per_epoch(config, manifest))
 
     def synthetic_train_data(self, config, dist):
@@ -295,10 +303,9 @@ class MaskRCNN(Workload):
             inputs, _ = synthetic_batch(config.hparams, batch, config.seed + 7)
             return SyntheticForwardEvaluator({"images": inputs["images"], "image_sizes": inputs["image_sizes"]}, batch,
                                              config.hparams["val_images"], dist, parts=("bbox", "segm"))
-        from mlperf_keras.inputs import records
-        from mlperf_keras.inputs.manifest import split_shards
+        from mlperf_keras.inputs.manifest import split_shards, worker_files
 
-        paths = records.worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
+        paths = worker_files(config.data_dir, manifest, "validation", dist.rank, dist.world_size)
         annotations = os.path.join(config.data_dir, split_shards(manifest, "annotations")[0]["name"])
         return _CocoEvaluator(config, dist, paths, annotations,
                               manifest["categories"], manifest["counts"]["val_images"], batch)
@@ -353,19 +360,32 @@ def instance_results(outputs: dict, index: int, image_id: int, image_size, heigh
     return rows, coco_instances.encode_image_masks(masks, boxes, int(height), int(width))
 
 
+def input_pipeline(config) -> str:
+    """Which input pipeline the hparam input_pipeline picks here: tf.data, gpu or host (inputs/maskrcnn_jax)."""
+    from mlperf_keras.inputs import jpeg_batches
+
+    return jpeg_batches.choose_pipeline(config.hparams["input_pipeline"])
+
+
 class _CocoTrainData(TrainData):
     """One worker's batches as the reference's IterationBasedBatchSampler serves them: passes over the data (each
     trainable image once, grouped by orientation) back to back, cut into epochs of steps_per_epoch iterations; a
-    pass and an epoch need not end together (inputs.maskrcnn.stream_position)."""
+    pass and an epoch need not end together (inputs.maskrcnn_shapes.stream_position). tf.data (inputs.maskrcnn) or
+    the JAX pipeline (inputs.maskrcnn_jax), as input_pipeline picks."""
 
     def __init__(self, config, dist, paths, steps):
-        from mlperf_keras.inputs import maskrcnn
+        from mlperf_keras.inputs import maskrcnn_shapes
 
         self.config, self.rank, self.paths, self.steps_per_epoch = config, dist.rank, paths, steps
+        self.pipeline = input_pipeline(config)
         # This worker's trainable images per orientation, counted once (one read of its files).
-        self.groups = maskrcnn.count_groups(paths)
-        maskrcnn.check_pass_fits(self.groups, config.per_worker_batch_size, steps, paths)
-        self.pass_batches = maskrcnn.grouped_batches_needed(self.groups, config.per_worker_batch_size)
+        if self.pipeline == "tf.data":
+            from mlperf_keras.inputs.maskrcnn import count_groups
+        else:
+            from mlperf_keras.inputs.maskrcnn_jax import count_groups
+        self.groups = count_groups(paths)
+        maskrcnn_shapes.check_pass_fits(self.groups, config.per_worker_batch_size, steps, paths)
+        self.pass_batches = maskrcnn_shapes.grouped_batches_needed(self.groups, config.per_worker_batch_size)
         self.samples_per_epoch = int(dist.sum_across_workers([float(sum(self.groups))])[0])
         self._stream, self._next_epoch = None, None
 
@@ -378,17 +398,24 @@ class _CocoTrainData(TrainData):
         return itertools.islice(self._stream, self.steps_per_epoch)
 
     def _passes(self, first_batch: int):
-        from mlperf_keras.inputs import maskrcnn, records
+        from mlperf_keras.inputs import maskrcnn_shapes
 
         hp = self.config.hparams
-        data_pass, skip = maskrcnn.stream_position(first_batch, self.pass_batches)
+        options = dict(seed=self.config.seed, rank=self.rank, batch_size=self.config.per_worker_batch_size,
+                       num_batches=self.pass_batches, shuffle_buffer=hp["shuffle_buffer"], min_size=hp["min_size"],
+                       max_size=hp["max_size"], max_gt=hp["max_gt"], max_vertices=hp["max_vertices"])
+        data_pass, skip = maskrcnn_shapes.stream_position(first_batch, self.pass_batches)
         while True:
-            dataset = maskrcnn.train_dataset(
-                self.paths, seed=self.config.seed, epoch=data_pass, rank=self.rank,
-                batch_size=self.config.per_worker_batch_size, num_batches=self.pass_batches,
-                shuffle_buffer=hp["shuffle_buffer"], min_size=hp["min_size"], max_size=hp["max_size"],
-                max_gt=hp["max_gt"], max_vertices=hp["max_vertices"])
-            yield from records.backend_batches(dataset.skip(skip))
+            if self.pipeline == "tf.data":
+                from mlperf_keras.inputs import maskrcnn, records
+
+                dataset = maskrcnn.train_dataset(self.paths, epoch=data_pass, **options)
+                yield from records.backend_batches(dataset.skip(skip))
+            else:
+                from mlperf_keras.inputs import jpeg_batches, maskrcnn_jax
+
+                yield from maskrcnn_jax.train_batches(self.paths, jpeg_batches.make_decoder(self.pipeline),
+                                                      epoch=data_pass, groups=self.groups, skip=skip, **options)
             data_pass, skip = data_pass + 1, 0
 
 
@@ -433,7 +460,6 @@ class _CocoEvaluator(Evaluator):
         self.paste = None
 
     def evaluate(self, predict):
-        from mlperf_keras.inputs import maskrcnn, records
         from mlperf_keras.metrics import coco_instances
 
         hp = self.config.hparams
@@ -443,9 +469,18 @@ class _CocoEvaluator(Evaluator):
             self.paste = coco_instances.PastePool(hp["paste_processes"])
         self.metric.reset()
         pending = []  # (image id, rows, future RLEs): the masks are pasted while the next batches are predicted
-        dataset = maskrcnn.eval_dataset(self.paths, batch_size=self.batch, min_size=hp["min_size"],
-                                        max_size=hp["max_size"])
-        for batch in records.backend_batches(dataset):
+        pipeline = input_pipeline(self.config)
+        if pipeline == "tf.data":
+            from mlperf_keras.inputs import maskrcnn, records
+
+            batches = records.backend_batches(maskrcnn.eval_dataset(self.paths, batch_size=self.batch,
+                                                                    min_size=hp["min_size"], max_size=hp["max_size"]))
+        else:
+            from mlperf_keras.inputs import jpeg_batches, maskrcnn_jax
+
+            batches = maskrcnn_jax.eval_batches(self.paths, jpeg_batches.make_decoder(pipeline), batch_size=self.batch,
+                                                min_size=hp["min_size"], max_size=hp["max_size"])
+        for batch in batches:
             outputs = predict({"images": batch["images"], "image_sizes": batch["image_sizes"]})
             ids, sizes = np.asarray(batch["image_id"]), np.asarray(batch["image_sizes"])
             heights, widths = np.asarray(batch["height"]), np.asarray(batch["width"])
