@@ -1,4 +1,4 @@
-"""python -m mlperf_keras.benchmark --model=X [--synthetic] [--steps=N] [--batch_size=B] [--precision=P] ...
+"""python -m mlperf_keras.benchmark --model=X [--synthetic | --data_dir=D | --demo] [--steps=N] [--batch_size=B] ...
 
 Runs a fixed number of training steps (warm-up and compilation excluded) and prints samples/s per worker and in
 total, step time median and p90, and the fraction of the accelerator's peak: training FLOPs per sample x samples/s
@@ -26,6 +26,16 @@ With --data_dir (prepared records) the batch above is the pipeline's first, and 
 Host CPU is the process's user + system time over the wall time (cores busy; threads included, and processes
 the pipeline started and already waited for).
 With --input_only the model is not built: the input pipeline alone, its samples/s and host CPU-ms per sample.
+
+With --demo it times what `python -m mlperf_keras.train --model=X` without --data_dir trains (the built-in demo:
+its reduced model, hparams, batch and prepared data, the same code path), fed from the demo data as above, and
+also what the demo's time-to-train holds besides steady steps, in "demo" of the result: the start-up on the clock
+(file checks, the training data and the evaluator set up, and under v0.5 the model's construction), the first
+step (compilation), one evaluation pass over the demo's eval set timed twice (the first compiles), the epoch's
+steps and samples and the epochs after which the demo evaluates. python -m mlperf_keras.estimate reads them.
+
+This module is over 400 lines on purpose: one command's measurements (training, fed, input alone, decoding,
+the demo's other parts) share its set-up, its printing and its JSON.
 """
 from __future__ import annotations
 
@@ -53,6 +63,9 @@ flags.DEFINE_bool("input_only", False, "With --data_dir: time the input pipeline
                   "CPU-ms per sample and cores busy.")
 flags.DEFINE_integer("decode_batches", 0, "Time beam-search decoding instead of training (gnmt, transformer): this "
                      "many eval batches of the eval set's most common padded source length.")
+flags.DEFINE_bool("demo", False, "Time the built-in demo (what train runs without --data_dir: its model, hparams, "
+                  "batch and data), fed from its data, plus its start-up and one evaluation pass, for "
+                  "python -m mlperf_keras.estimate.")
 FLAGS = flags.FLAGS
 
 
@@ -70,12 +83,17 @@ def _block(value):
 
 
 def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers: int) -> dict:
-    """Throughput in samples/s, where global_batch is the samples one step processes on all workers."""
+    """Throughput in samples/s, where global_batch is the samples one step processes on all workers; first_step_s is
+    the first call's seconds (tracing, compilation and one step)."""
     from mlperf_keras import loop
     from mlperf_keras.interfaces import RepeatedBatch
 
     x, y = batch
-    for _ in range(warmup):
+    start = time.perf_counter()
+    loss = step(x, y)   # the first call traces and compiles the step
+    _block(loss)
+    first_step_s = time.perf_counter() - start
+    for _ in range(warmup - 1):
         loss = step(x, y)
     _block(loss)
 
@@ -96,7 +114,8 @@ def measure(step, batch, steps: int, warmup: int, global_batch: int, num_workers
         last_loss = _block(step(x, y))
         times.append(time.perf_counter() - t)
     # The last loss shows the timed steps trained on finite numbers (fp16's loss scaling, a diverging LR).
-    return {"last_loss": last_loss, "bare_samples_per_s": bare, "loop_samples_per_s": through_loop,
+    return {"last_loss": last_loss, "first_step_s": first_step_s, "bare_samples_per_s": bare,
+            "loop_samples_per_s": through_loop,
             "loop_samples_per_s_per_worker": through_loop / num_workers,
             "step_ms_median": 1e3 * statistics.median(times), "step_ms_p90": 1e3 * float(np.percentile(times, 90)),
             "loop_vs_bare": through_loop / bare}
@@ -210,6 +229,42 @@ def measure_decode(evaluator, num_batches: int) -> dict:
             "decode_seconds": seconds, "decode_first_pass_seconds": first, "decode_words_out": words}
 
 
+def _verify_files(config, dist, manifest) -> float:
+    """Seconds of the file check the loop runs on the clock before training (the same call)."""
+    from mlperf_keras.inputs.manifest import TRAINING_CHECKSUM_LIMIT_BYTES, verify_files
+
+    started = time.perf_counter()
+    verify_files(config.data_dir, manifest, progress=None, checksum_limit_bytes=TRAINING_CHECKSUM_LIMIT_BYTES,
+                 rank=dist.rank, world_size=dist.world_size)
+    return time.perf_counter() - started
+
+
+def measure_demo(workload, config, dist, manifest, step, startup: dict, samples_per_step: int) -> dict:
+    """What a demo run's time-to-train holds besides its steady steps (the module doc): `startup` holds the seconds
+    of the model's construction ("build"), the file check and the training data's set-up, timed by the caller as
+    loop.run does them; this times the evaluator's set-up and two passes of its evaluation (on the weights the
+    benchmark's steps left), and adds the demo's epoch and evaluation schedule."""
+    from mlperf_keras import loop
+
+    step.sync_to_model()
+    started = time.perf_counter()
+    evaluator = workload.evaluator(config, dist, manifest)
+    startup = {**startup, "evaluator": time.perf_counter() - started}
+    passes = []
+    for _ in range(2):
+        started = time.perf_counter()
+        evaluator.evaluate(step.predict)
+        passes.append(time.perf_counter() - started)
+    on_clock = [k for k in startup if k != "build" or loop.build_on_the_clock(config)]
+    steps_per_epoch = workload.steps_per_epoch(config, manifest)
+    return {"data_dir": config.data_dir, "ruleset": config.ruleset, "steps_per_epoch": steps_per_epoch,
+            "epoch_samples": steps_per_epoch * samples_per_step, "eval_samples": evaluator.num_samples,
+            "eval_epochs": [e + 1 for e in loop._eval_epochs(workload, config)], "max_epochs": config.max_epochs,
+            "quality_target": config.quality_target, "startup_s": startup, "startup_on_clock": on_clock,
+            "startup_on_clock_s": sum(startup[k] for k in on_clock), "first_eval_s": passes[0],
+            "eval_s": passes[1]}
+
+
 def save_batch(path: str, host_batch) -> None:
     x, y = host_batch
     arrays = dict(x) if isinstance(x, dict) else {"inputs": x}
@@ -230,7 +285,12 @@ def main(argv):
     try:
         dist = distribute.create(os.environ.get("KERAS_BACKEND", "tensorflow"), FLAGS.coordinator_address,
                                  FLAGS.num_processes, FLAGS.process_id)
-        values = train_cli.with_values(FLAGS, synthetic=FLAGS.synthetic or FLAGS.data_dir is None, dry_run=False)
+        if FLAGS.demo and (FLAGS.data_dir is not None or FLAGS.synthetic or FLAGS.input_only or FLAGS.decode_batches):
+            raise ConfigError("--demo times the built-in demo on its own data: not with --data_dir, --synthetic, "
+                              "--input_only or --decode_batches")
+        # Without --data_dir: synthetic data, unless --demo, which resolves the demo as train does (no --data_dir).
+        values = train_cli.with_values(FLAGS, synthetic=FLAGS.synthetic or (FLAGS.data_dir is None and not FLAGS.demo),
+                                       dry_run=False)
         # No MLPerf result is written here: an --hparams item the closed division may not change is timed, and the
         # result says its configuration is open-division, rather than being refused as train refuses it.
         if FLAGS.input_only and (FLAGS.data_dir is None or FLAGS.decode_batches > 0):
@@ -240,13 +300,19 @@ def main(argv):
         division = _timed_division(workload, config, dist, manifest)
         if FLAGS.input_only:
             return _input_only_main(workload, config, dist, manifest)
+        started = time.perf_counter()
         model, step = loop.build(config, workload, dist, manifest)
+        startup = {"build": time.perf_counter() - started}
         if FLAGS.decode_batches > 0:
             return _decode_main(workload, config, dist, manifest)
         if manifest is None:
             source = workload.synthetic_train_data(config, dist)
         else:
+            if FLAGS.demo:
+                startup["verify_files"] = _verify_files(config, dist, manifest)
+            started = time.perf_counter()
             source = workload.train_data(config, dist, manifest)
+            startup["train_data"] = time.perf_counter() - started
         host_batch = next(iter(source.batches(0)))
         samples_per_step = workload.samples_in_batch(host_batch, config) * dist.world_size
         batch = step.to_device(host_batch)
@@ -270,10 +336,13 @@ def main(argv):
         except NonFiniteLoss as e:
             print(f"error: {e} while fed from the input pipeline, so no fed throughput is reported", file=sys.stderr)
             return EXIT_DIVERGED
+    if FLAGS.demo:
+        result["demo"] = measure_demo(workload, config, dist, manifest, step, startup, samples_per_step)
     peak = config.system.peak_tflops
     devices = max(1, config.system.accelerators_per_worker) * dist.world_size
-    # FLOPs per sample are the reference model's: a model resized by --hparams gets no FLOP figures.
-    flops = workload.train_flops_per_sample * result["loop_samples_per_s"] if not FLAGS.hparams else 0.0
+    # FLOPs per sample are the reference model's: a model resized by --hparams (or the demo's) gets no FLOP figures.
+    flops = workload.train_flops_per_sample * result["loop_samples_per_s"] if not (FLAGS.hparams or FLAGS.demo) \
+        else 0.0
     result.update({
         "model": config.model, "backend": config.backend, "precision": config.precision, "division": division,
         "global_batch_size": config.global_batch_size, "workers": dist.world_size,
@@ -287,7 +356,8 @@ def main(argv):
     if dist.is_chief:
         unit = workload.throughput_unit
         peak_text = (f"{result['fraction_of_peak']:.1%} of {peak:g} TFLOP/s x {devices}"
-                     if result["fraction_of_peak"] is not None else "fraction of peak: n/a (no peak, or --hparams)")
+                     if result["fraction_of_peak"] is not None
+                     else "fraction of peak: n/a (no peak, or --hparams, or --demo)")
         print(f"{config.model} {config.backend} {config.precision} batch {config.global_batch_size} "
               f"({samples_per_step:,} {unit} per step) "
               f"on {devices} x {config.system.accelerator_model}:\n"
@@ -303,6 +373,12 @@ def main(argv):
                   f"resident on the device ({_rate(result['resident_samples_per_s'])} {unit}/s); host "
                   f"{result['fed_host_cores_busy']:.1f} cores busy, {result['fed_host_cpu_ms_per_sample']:.3g} "
                   f"CPU-ms per {_singular(unit)}")
+        if "demo" in result:
+            demo = result["demo"]
+            print(f"  demo  {demo['steps_per_epoch']} steps ({demo['epoch_samples']:,} {unit}) per epoch; start-up "
+                  f"on the clock {demo['startup_on_clock_s']:.2f} s ({', '.join(demo['startup_on_clock'])}), first "
+                  f"step {result['first_step_s']:.2f} s; evaluation of {demo['eval_samples']:,} "
+                  f"{demo['eval_s']:.2f} s (first pass {demo['first_eval_s']:.2f} s)")
         _write_json(result)
     return 0
 

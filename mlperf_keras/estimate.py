@@ -1,6 +1,6 @@
 """python -m mlperf_keras.estimate --model=X [--flagfile=flags/h200.flags] [--gpus=N] [--batch_size=B]
-    [--ruleset=R] [--from_benchmark=results.json | --run_benchmark | --from_log=short_run.log] [--published=DIR ...]
-    [--runs=DIR]
+    [--ruleset=R] [--from_benchmark=results.json | --run_benchmark [--demo] | --from_log=short_run.log]
+    [--published=DIR ...] [--runs=DIR]
 
 Predicts MLPerf time-to-train (median and a 10-90% band) from a short benchmark, without training:
   epochs to converge at the global batch  x  epoch size / training rate  +  evaluations x eval time  +  warm-up
@@ -8,7 +8,10 @@ Each part is printed with where it came from (measured, from a table, or assumed
 completed runs (--runs), else mlperf-logging's reference convergence points (resnet, ssd, maskrcnn, for rounds
 whose target is the RCPs'), else the published result logs of the round (--published: a
 training_results_v0.X folder), else the estimate is "unknown" with the reason. Writes --out/estimate_<model>_<N>.json
-and appends one line to --out/report.md. Pure Python unless --run_benchmark (which runs mlperf_keras.benchmark).
+and appends one line to --out/report.md. Pure Python unless --run_benchmark (which runs mlperf_keras.benchmark,
+with the other flags given here). The built-in demo (train without --data_dir): --run_benchmark --demo, or a
+--from_benchmark result of mlperf_keras.benchmark --demo, which also gives the demo's epoch size, evaluation cost,
+warm-up and evaluation schedule (epochs: --runs, a folder of the demo's completed runs).
 How well this predicts published results: benchmarks/estimate_published.py and benchmarks/RESULTS.md.
 """
 
@@ -20,6 +23,7 @@ import tempfile
 
 from absl import app, flags
 
+from mlperf_keras import benchmark as benchmark_cli  # noqa: F401 - the benchmark's flags, passed on by --run_benchmark
 from mlperf_keras import train as train_cli  # noqa: F401 - defines the shared training flags (--flagfile presets)
 from mlperf_keras.config import ConfigError
 from mlperf_keras.reporting import estimate as maths
@@ -71,6 +75,9 @@ def build(values):
     ruleset = values.ruleset or ("0.7" if values.model == "resnet" else "0.5")
     if sum(bool(v) for v in (values.from_benchmark, values.run_benchmark, values.from_log)) > 1:
         raise ConfigError("give one of --from_benchmark, --run_benchmark and --from_log")
+    if getattr(values, "demo", False) and not values.run_benchmark:
+        raise ConfigError("--demo is the benchmark's (with --run_benchmark); a --from_benchmark result of "
+                          "mlperf_keras.benchmark --demo carries what the demo needs")
     benchmark, short = None, None
     if values.from_log:
         short, logged_batch = maths.read_short_run(values.from_log, values.model)

@@ -91,6 +91,12 @@ def _eval_epochs(workload, config: RunConfig) -> list[int]:
     return due
 
 
+def build_on_the_clock(config: RunConfig) -> bool:
+    """v0.5 times everything from model construction on (run_start before the model is built); from v0.6 the clock
+    starts after it, when training data is first touched."""
+    return config.ruleset == "0.5"
+
+
 def _log_run_info(log, config: RunConfig, workload, dist):
     system = config.system
     log.event(C.SUBMISSION_ORG, config.submission_org)
@@ -158,8 +164,7 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
                                                  "checkpoint": resume_from})
             progress.say(f"RESUMED from {resume_from} (after epoch {start_epoch - 1 + config.first_epoch_num}): "
                          f"this run is NOT a valid MLPerf result (the rules time one uninterrupted run)")
-        if config.ruleset == "0.5":
-            # v0.5: everything from model construction on is on the clock.
+        if build_on_the_clock(config):
             log.end(C.INIT_STOP)
             log.start(C.RUN_START)
             run_started, clock_start = True, time.time()

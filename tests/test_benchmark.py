@@ -66,3 +66,23 @@ def test_a_diverging_step_is_not_timed():
     with pytest.raises(benchmark.NonFiniteLoss, match="nan"):
         benchmark.measure(lambda x, y: next(losses), (None, None), steps=2, warmup=1, global_batch=1,
                           num_workers=1)
+
+
+@pytest.mark.slow
+def test_demo_benchmark_times_the_demo_and_what_the_estimate_needs(tmp_path):
+    """--demo resolves the demo as train without --data_dir does (its hparams and batch, its data, fed), and adds the
+    demo's epoch, evaluation schedule, start-up on the clock and evaluation passes (no timings asserted)."""
+    out = tmp_path / "result.json"
+    proc = run_cli("mlperf_keras.benchmark", "--model=ncf", "--demo", "--steps=2", "--warmup_steps=1",
+                   f"--cache_dir={tmp_path / 'cache'}", f"--output_dir={tmp_path / 'runs'}", f"--json_out={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    demo = result["demo"]
+    assert result["global_batch_size"] == 16384 and result["fed_batches"] == 2   # the demo's batch, fed
+    assert result["fraction_of_peak"] is None   # the demo's reduced model gets no FLOP figures
+    assert demo["data_dir"].startswith(str(tmp_path / "cache")) and demo["eval_epochs"][:2] == [1, 2]
+    assert demo["epoch_samples"] == demo["steps_per_epoch"] * 16384 and demo["eval_samples"] > 0
+    assert demo["startup_on_clock"] == ["build", "verify_files", "train_data", "evaluator"]   # v0.5: build timed
+    assert demo["first_eval_s"] > 0 and demo["eval_s"] > 0 and result["first_step_s"] > 0
+    refused = run_cli("mlperf_keras.benchmark", "--model=ncf", "--demo", "--synthetic")
+    assert refused.returncode == 2 and "--demo times the built-in demo" in refused.stderr

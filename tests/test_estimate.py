@@ -290,3 +290,100 @@ def test_study_uses_a_measured_t4_rate_and_scales_the_other_card_by_peak_tflops(
     # Twice the GPUs at twice the batch, scaling 1.0: the RCP epochs differ by batch, so only check it is faster.
     assert rows[("T4", 2)]["minutes"]["median"] < rows[("T4", 1)]["minutes"]["median"]
     assert "unknown" in study.markdown(found)   # the other workloads have no benchmark here: said, not guessed
+
+
+def _demo_benchmark():
+    """What mlperf_keras.benchmark --demo writes (its keys the estimate reads), with round numbers: 16 steps of
+    16,384 per epoch fed at 262,144 samples/s (1 s an epoch, 62.5 ms a step), evaluations every epoch."""
+    return {"model": "ncf", "loop_samples_per_s": 500_000.0, "fed_samples_per_s": 262_144.0, "first_step_s": 3.0625,
+            "global_batch_size": 16384, "samples_per_step": 16384, "accelerator": "cpu", "accelerators": 1,
+            "backend": "tensorflow", "precision": "fp32", "unit": "samples",
+            "demo": {"steps_per_epoch": 16, "epoch_samples": 262_144, "eval_samples": 1590,
+                     "eval_epochs": list(range(1, 21)), "max_epochs": 20, "ruleset": "0.5",
+                     "startup_s": {"build": 0.5, "verify_files": 0.1, "train_data": 0.1, "evaluator": 1.3},
+                     "startup_on_clock": ["build", "verify_files", "train_data", "evaluator"],
+                     "startup_on_clock_s": 2.0, "first_eval_s": 2.5, "eval_s": 0.5}}
+
+
+def _demo_runs(folder, epochs=(5, 6, 7)):
+    from mlperf_keras.reporting.example_logs import ExampleRun, write_log
+
+    for seed, count in enumerate(epochs, start=1):
+        write_log(str(folder / f"ncf_seed{seed}.log"), ExampleRun(benchmark="ncf", ruleset="0.5", seed=seed,
+                                                                  epochs=count, global_batch_size=16384,
+                                                                  quality_target=0.40))
+    return convergence.table_from_logs([str(folder)], "ncf", "0.5", source="your runs")
+
+
+def test_demo_benchmark_gives_epoch_size_rate_evaluation_and_warm_up(tmp_path):
+    """A demo benchmark's parts, all measured: epoch size from its data, the fed rate (not the resident one), the
+    second evaluation pass, and a warm-up of start-up on the clock (2 s) + the first step's excess over a steady one
+    (3.0625 - 0.0625 s) + the first evaluation's excess over the second (2 s); epochs from the given runs (median 6),
+    the run stopping at the demo's evaluation after epoch 6 (6 evaluations)."""
+    result = estimate.estimate("ncf", "0.5", 16384, None, _demo_benchmark(), own=_demo_runs(tmp_path))
+    parts = result["parts"]
+    assert result["unknown"] == []
+    assert parts["epochs"]["source"].startswith("your runs") and parts["epochs"]["value"][0] == 6
+    assert parts["epoch_samples"]["value"] == 262_144 and "demo's data" in parts["epoch_samples"]["source"]
+    assert parts["rate"]["value"] == 262_144.0 and "fed from the demo's data" in parts["rate"]["source"]
+    assert parts["eval_seconds"]["value"] == 0.5 and parts["eval_seconds"]["source"].startswith("measured")
+    assert parts["warmup_seconds"]["value"] == pytest.approx(2 + 3 + 2)
+    assert parts["stop_epochs"]["value"][0] == 6
+    assert result["minutes"]["median"] == pytest.approx((7 + 6 * 1.0 + 6 * 0.5) / 60)
+    assert result["minutes"]["low"] <= result["minutes"]["median"] <= result["minutes"]["high"]
+    assert "fed from the demo's data" in estimate.describe(result)
+
+
+def test_demo_benchmark_stops_at_the_demos_evaluations_and_says_what_is_missing(tmp_path):
+    bench = _demo_benchmark()
+    bench["demo"]["eval_epochs"] = [2, 4, 6, 8]
+    # Convergence point 5 (median of 4, 5, 6): the run stops at the evaluation after epoch 6, the third.
+    result = estimate.estimate("ncf", "0.5", 16384, None, bench, own=_demo_runs(tmp_path, (4, 5, 6)))
+    assert result["parts"]["stop_epochs"]["value"][0] == 6
+    assert result["minutes"]["median"] == pytest.approx((7 + 6 * 1.0 + 3 * 0.5) / 60)
+    # Flags given by hand win over the benchmark's measurements.
+    given = estimate.estimate("ncf", "0.5", 16384, None, bench, own=_demo_runs(tmp_path, (4, 5, 6)),
+                              eval_seconds=0.0, warmup_seconds=0.0)
+    assert given["minutes"]["median"] == pytest.approx(6 / 60)
+    assert given["parts"]["eval_seconds"]["source"] == "measured (--eval_seconds)"
+    # No runs: the epochs are unknown, and the answer says why instead of guessing.
+    unknown = estimate.estimate("ncf", "0.5", 16384, None, bench)
+    assert unknown["minutes"] is None
+    assert any(why.startswith("epochs to converge") and "--runs" in why for why in unknown["unknown"])
+
+
+def test_cli_from_a_demo_benchmark_and_own_runs(tmp_path):
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(_demo_benchmark()))
+    runs = tmp_path / "runs"
+    _demo_runs(runs)
+    done = _cli("--model=ncf", f"--from_benchmark={bench}", f"--runs={runs}", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    written = json.loads((tmp_path / "estimate_ncf_n.json").read_text())
+    assert written["global_batch_size"] == 16384 and written["parts"]["epochs"]["source"].startswith("your runs")
+    assert written["minutes"]["median"] == pytest.approx((7 + 6 + 3) / 60)
+    # --demo belongs to the benchmark that --run_benchmark runs.
+    refused = _cli("--model=ncf", f"--from_benchmark={bench}", "--demo", tmp_path=tmp_path)
+    assert refused.returncode == 2 and "--demo is the benchmark's" in refused.stderr
+
+
+def test_a_short_run_that_evaluates_every_epoch_keeps_its_cadence(tmp_path):
+    """The ResNet demo evaluates after every epoch, not every 4 as MLPerf's ResNet: a whole short log states its own
+    cadence, so a run converging at 4 epochs stops at 4 (not at 1 + 4 = 5)."""
+    events = _write(tmp_path / "resnet_short.txt", [
+        (0, "submission_benchmark", "resnet", None), (0, "run_start", None, None),
+        (1, "epoch_start", None, {"epoch_num": 1}), (11, "epoch_stop", None, {"epoch_num": 1}),
+        (11, "eval_start", None, {"epoch_num": 1}), (13, "eval_accuracy", 0.2, {"epoch_num": 1}),
+        (13, "epoch_start", None, {"epoch_num": 2}), (14, "epoch_stop", None, {"epoch_num": 2}),
+        (14, "eval_start", None, {"epoch_num": 2}), (14.5, "eval_accuracy", 0.3, {"epoch_num": 2}),
+        (14.5, "epoch_start", None, {"epoch_num": 3}), (15.5, "epoch_stop", None, {"epoch_num": 3}),
+        (15.5, "eval_start", None, {"epoch_num": 3}), (16, "eval_accuracy", 0.4, {"epoch_num": 3}),
+        (16, "run_stop", None, {"status": "aborted"}),
+    ])
+    short = run_features.short_run(events, events[1].time_ms, whole=True)
+    assert short.eval_period == 1 and short.steady_epoch_s == 1 and short.later_eval_s == 0.5
+    table = [_entry("demo", 32, [4, 4, 4], benchmark="resnet")]
+    result = estimate.estimate("resnet", "0.7", 32, None, None, own=table, short=short, short_source="short")
+    assert result["parts"]["stop_epochs"]["value"][0] == 4
+    # 11 s to the first evaluation's training end, its 2 s evaluation, 3 more epochs of 1 s with evaluations of 0.5 s.
+    assert result["minutes"]["median"] == pytest.approx((11 + 2 + 3 * 1 + 3 * 0.5) / 60)

@@ -15,8 +15,15 @@ A prediction is made of parts, each measured or assumed (and said so):
   from mlperf-logging's reference convergence points (RCPs); or, for ResNet, scaled from the length of the
   learning-rate schedule the log states; the run stops at the first of its own evaluations after that point.
 
+From a benchmark instead: warm-up + stopping epochs x epoch size / training rate + evaluations x evaluation cost;
+the rate is the benchmark's fed one where it timed the input pipeline, and a demo benchmark (mlperf_keras.benchmark
+--demo) also gives the epoch size, the evaluation cost, the warm-up and the evaluation schedule it measured.
+
 The naive estimator (for comparison) is time per epoch up to the first evaluation times the median epochs of
 the other submissions at a global batch within 1.5x.
+
+This module is over 400 lines on purpose: both paths of the command's estimate (a benchmark, a short run)
+and its printing stay beside the maths they share.
 """
 
 import dataclasses
@@ -240,14 +247,17 @@ def estimate(model, ruleset, batch, gpus, benchmark, own=(), published=(), scali
     else:
         parts["epochs"] = _part([epochs.median, epochs.low, epochs.high], epochs.source, "epochs (median, 10%, 90%)")
 
-    samples = epoch_samples or EPOCH_SAMPLES.get(model)
     if short is not None:
         return _estimate_from_short_run(result, epochs, short, short_source, warmup_seconds)
+    demo = (benchmark or {}).get("demo")
+    samples = epoch_samples or (demo or {}).get("epoch_samples") or EPOCH_SAMPLES.get(model)
     if samples is None:
         result["unknown"].append(f"epoch size: {model} counts tokens and an epoch's tokens depend on the prepared "
                                  f"dataset (give --epoch_samples)")
     else:
-        parts["epoch_samples"] = _part(samples, "--epoch_samples" if epoch_samples else "training-set size")
+        parts["epoch_samples"] = _part(samples, "--epoch_samples" if epoch_samples else
+                                       f"the demo's data: {demo['steps_per_epoch']} steps of the benchmark's batch"
+                                       if demo else "training-set size")
 
     rate = None
     if benchmark is None:
@@ -266,40 +276,80 @@ def estimate(model, ruleset, batch, gpus, benchmark, own=(), published=(), scali
         bench_gpus = max(1, benchmark.get("accelerators") or 1)
         wanted = gpus or bench_gpus
         efficiency = 1.0 if scaling_efficiency is None else scaling_efficiency
-        rate = benchmark["loop_samples_per_s"] * wanted / bench_gpus * (efficiency if wanted != bench_gpus else 1.0)
-        parts["rate"] = _part(benchmark["loop_samples_per_s"],
-                              f"measured: mlperf_keras.benchmark on {bench_gpus} x {benchmark.get('accelerator')}, "
-                              f"{benchmark.get('backend')} {benchmark.get('precision')}, synthetic data",
-                              f"{benchmark.get('unit', 'samples')}/s")
+        measured = _training_rate(benchmark)
+        rate = measured * wanted / bench_gpus * (efficiency if wanted != bench_gpus else 1.0)
+        data = ("fed from the demo's data" if demo else "fed from prepared data" if "fed_samples_per_s" in benchmark
+                else "synthetic data")
+        parts["rate"] = _part(measured, f"measured: mlperf_keras.benchmark on {bench_gpus} x "
+                              f"{benchmark.get('accelerator')}, {benchmark.get('backend')} {benchmark.get('precision')}"
+                              f", {data}", f"{benchmark.get('unit', 'samples')}/s")
         if wanted != bench_gpus:
             parts["scaling_efficiency"] = _part(efficiency, "measured (--scaling_efficiency)"
                                                 if scaling_efficiency is not None else "assumed")
         parts["rate_at_gpus"] = _part(rate, f"rate x {wanted}/{bench_gpus} GPUs x efficiency", parts["rate"]["unit"])
-    parts["eval_seconds"] = _part(eval_seconds or 0.0, "measured (--eval_seconds)" if eval_seconds is not None
-                                  else "assumed (not measured)", "s per evaluation")
-    parts["warmup_seconds"] = _part(warmup_seconds or 0.0, "measured (--warmup_seconds)"
-                                    if warmup_seconds is not None else "assumed (not measured)", "s")
+    eval_source = "measured (--eval_seconds)" if eval_seconds is not None else "assumed (not measured)"
+    warmup_source = "measured (--warmup_seconds)" if warmup_seconds is not None else "assumed (not measured)"
+    if demo and eval_seconds is None:
+        eval_seconds, eval_source = demo["eval_s"], (f"measured: the benchmark's second evaluation pass over the "
+                                                     f"demo's {demo['eval_samples']:,} eval samples")
+    if demo and warmup_seconds is None and benchmark is not None:
+        warmup_seconds, warmup_source = demo_warmup(benchmark)
+    parts["eval_seconds"] = _part(eval_seconds or 0.0, eval_source, "s per evaluation")
+    parts["warmup_seconds"] = _part(warmup_seconds or 0.0, warmup_source, "s")
     parts["init"] = _part(0.0, "outside time-to-train (MLPerf times run_start..run_stop; init precedes it)", "s")
     if result["unknown"]:
         result["minutes"] = None
         return result
 
     period = EVAL_PERIOD.get(model, 1)
+    schedule = (demo or {}).get("eval_epochs")
+
+    def stop_and_evaluations(epoch_count):
+        if not schedule:
+            return epoch_count, math.ceil(epoch_count / period)
+        # The run stops at the first of its evaluations at or after the convergence point (the last: max_epochs).
+        stop = next((e for e in schedule if e >= epoch_count - 1e-9), schedule[-1])
+        return stop, sum(1 for e in schedule if e <= stop)
 
     def minutes(epoch_count):
-        evaluations = math.ceil(epoch_count / period)
-        return ((warmup_seconds or 0.0) + epoch_count * samples / rate + evaluations * (eval_seconds or 0.0)) / 60
+        stop, evaluations = stop_and_evaluations(epoch_count)
+        return ((warmup_seconds or 0.0) + stop * samples / rate + evaluations * (eval_seconds or 0.0)) / 60
 
     result["minutes"] = {"median": minutes(epochs.median), "low": minutes(epochs.low),
                          "high": minutes(epochs.high)}
+    if schedule:
+        parts["stop_epochs"] = _part([stop_and_evaluations(e)[0] for e in (epochs.median, epochs.low, epochs.high)],
+                                     "the first of the demo's evaluations at or after the epochs",
+                                     "epochs (median, 10%, 90%)")
     result["band_covers"] = "run-to-run spread of epochs to converge only (rate, eval and warm-up as given)"
     return result
+
+
+def _training_rate(benchmark):
+    """The rate training runs at: fed by the input pipeline where the benchmark timed that (--data_dir, --demo),
+    else the step on one resident batch (synthetic data)."""
+    return benchmark.get("fed_samples_per_s") or benchmark["loop_samples_per_s"]
+
+
+def demo_warmup(benchmark):
+    """(seconds, source) a demo benchmark measured inside run_start..run_stop besides steady steps and evaluations:
+    the start-up on the clock, the first step's excess over a steady one (compilation), the first evaluation's
+    excess over the second."""
+    demo = benchmark["demo"]
+    step_s = benchmark["samples_per_step"] / _training_rate(benchmark)
+    compiling = max(0.0, benchmark["first_step_s"] - step_s)
+    first_eval = max(0.0, demo["first_eval_s"] - demo["eval_s"])
+    return (demo["startup_on_clock_s"] + compiling + first_eval,
+            f"measured: start-up on the clock {demo['startup_on_clock_s']:.2f} s "
+            f"({', '.join(demo['startup_on_clock'])}), first step's compilation {compiling:.2f} s, first evaluation's {first_eval:.2f} s")
 
 
 def _estimate_from_short_run(result, epochs, short, source, warmup_seconds):
     """The estimate from a short run's log: predict_run at the epochs' median and band."""
     parts = result["parts"]
-    period = EVAL_PERIOD.get(result["model"], 1)
+    # The short run's own cadence where it evaluated twice or more (the ResNet demo evaluates every epoch), else
+    # MLPerf's.
+    period = short.eval_period or EVAL_PERIOD.get(result["model"], 1)
     parts["first_training"] = _part(short.train_end_s, f"measured: {source} up to its first evaluation "
                                     f"({short.first_eval_epochs:g} epochs)", "s")
     if short.steady_epoch_s is None:
@@ -320,7 +370,7 @@ def _estimate_from_short_run(result, epochs, short, source, warmup_seconds):
                                                                                    epochs.high)]
     parts["steady_epoch"] = _part(predictions[0].steady_epoch_s, predictions[0].steady_source, "s")
     parts["stop_epochs"] = _part([p.epochs for p in predictions], f"the first evaluation at or after the epochs "
-                                 f"(every {period} epochs after the first)", "epochs (median, 10%, 90%)")
+                                 f"(every {period:g} epochs after the first)", "epochs (median, 10%, 90%)")
     result["minutes"] = dict(zip(("median", "low", "high"), (p.seconds / 60 for p in predictions)))
     result["band_covers"] = "run-to-run spread of epochs to converge only"
     return result
@@ -337,8 +387,9 @@ def describe(estimate_):
         lines += [f"  unknown: {why}" for why in estimate_["unknown"]]
     else:
         m = estimate_["minutes"]
-        lines.append(f"{name}: estimated time-to-train {m['median']:.1f} min (10-90%: {m['low']:.1f}-{m['high']:.1f}; "
-                     f"the band is the {estimate_['band_covers']})")
+        places = 1 if m["median"] >= 10 else 2   # a demo's half minute is not "0.4 min (0.4-0.4)"
+        lines.append(f"{name}: estimated time-to-train {m['median']:.{places}f} min (10-90%: {m['low']:.{places}f}-"
+                     f"{m['high']:.{places}f}; the band is the {estimate_['band_covers']})")
     for key, part in estimate_["parts"].items():
         value = part["value"]
         text = ", ".join(f"{v:.3g}" for v in value) if isinstance(value, list) else _number_text(value)

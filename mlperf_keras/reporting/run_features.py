@@ -17,6 +17,7 @@ class ShortRun:
     eval_overlaps: bool = False          # the next epoch trained while the evaluation ran (asynchronous)
     steady_epoch_s: Optional[float] = None   # median training-only epoch time after the first, where timed
     later_eval_s: Optional[float] = None     # median cost of the evaluations after the first (a whole short log)
+    eval_period: Optional[float] = None      # median epochs between its evaluations (a whole short log, 2 or more)
 
     def __post_init__(self):
         if self.train_end_s is None:
@@ -128,6 +129,10 @@ def short_run(events, run_start_ms, whole=False):
         later = [(events[i].time_ms - end) / 1000.0 for i, end, overlaps in evaluations[1:] if not overlaps]
         if later:
             result.later_eval_s = statistics.median(later)
+        schedule = [epochs_at_eval(events, i) for i, _, _ in evaluations]
+        steps = [b - a for a, b in zip(schedule, schedule[1:]) if a is not None and b is not None and b > a]
+        if steps:
+            result.eval_period = statistics.median(steps)
     return result
 
 
