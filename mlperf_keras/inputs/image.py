@@ -22,6 +22,11 @@ from mlperf_keras.inputs import records
 from mlperf_keras.inputs.image_geometry import CropParams
 from mlperf_keras.inputs.manifest import DataError, check_epoch_fits  # noqa: F401 (re-exported)
 
+# libjpeg's accurate integer DCT (JDCT_ISLOW), the one PIL decodes with: SSD's and Mask R-CNN's references read
+# images with PIL. tf.image's default ("") is the fast DCT, which differs by a few levels; ResNet's reference is
+# TensorFlow with that default, so its pipeline keeps it.
+ACCURATE_DCT = "INTEGER_ACCURATE"
+
 IMAGENET_MEAN_RGB = (123.68, 116.78, 103.94)
 IMAGENET_STD_RGB = (1.0, 1.0, 1.0)
 

@@ -166,7 +166,8 @@ def resize_like_pil(pixels, height, width):
 
 def _decode_resized(example, min_size, max_size):
     new_h, new_w = resized_size(example["height"], example["width"], min_size, max_size)
-    pixels = image.to_uint8(resize_like_pil(tf.image.decode_jpeg(example["jpeg"], channels=3), new_h, new_w))
+    jpeg = tf.image.decode_jpeg(example["jpeg"], channels=3, dct_method=image.ACCURATE_DCT)
+    pixels = image.to_uint8(resize_like_pil(jpeg, new_h, new_w))
     return pixels, new_h, new_w
 
 

@@ -28,14 +28,12 @@ a group's last batch filled with repeats under image_id -1 (maskrcnn.eval_datase
 
 Where this differs from the tf.data path, measured in tests/test_maskrcnn_jax.py on generated COCO images (14
 images of 96-170 px a side, shrunk to 64/112 and grown to 160/256):
-- pixels: PIL decodes with libjpeg's accurate integer DCT, as the reference's PIL does, where tf.image.decode_jpeg's
-  default is the fast one (given the accurate DCT, TF's decode equals PIL's here; nvJPEG, behind nvImageCodec, has
-  its own). With PIL's decode and the same flips, a training batch's pixels are within 4 (shrinking) and 5 (growing)
-  levels of the tf.data path's, mean 0.38 and 0.48 level (the test allows 8 and mean 1; evaluation batches: 3 and 4,
-  mean 0.44 and 0.53). On the same decoded pixels the resize is the tf.data path's exactly when growing (all of COCO)
-  and within 1 level in 0.001% of values when shrinking (0.02% at 96/170, where sides shrink by a few pixels; float32
-  sums in another order; the test allows 1 level in 0.1%). Boxes, classes and polygon edges equal the tf.data path's
-  bit for bit (the same float32 operations);
+- pixels: PIL decodes with libjpeg's accurate integer DCT, as the reference's PIL does, and so does the tf.data
+  path (image.ACCURATE_DCT: TF's decode then equals PIL's); nvJPEG, behind nvImageCodec, has its own IDCT. With
+  PIL's decode the resize is the tf.data path's exactly when growing (all of COCO) and within 1 level in 0.001% of
+  values when shrinking (0.02% at 96/170, where sides shrink by a few pixels; float32 sums in another order; the
+  test allows 1 level in 0.1%, for training and evaluation batches). Boxes, classes and polygon edges equal the
+  tf.data path's bit for bit (the same float32 operations);
 - the random flips are NumPy's (above), so the same seed flips other images;
 - where num_batches asks for more than a pass, the same pass again (the tf.data path's repeat re-shuffles its file
   order); the workload asks for exactly one pass at a time.
