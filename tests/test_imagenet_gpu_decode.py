@@ -1,5 +1,6 @@
-"""ResNet's GPU input path (inputs/jpeg_batches.GpuDecoder: nvImageCodec region decodes, the CuPy canvas, one
-DLPack import) against the host fallback (PIL) through the same jitted resize, on the same draws.
+"""The GPU input paths of ResNet, SSD and Mask R-CNN (inputs/jpeg_batches.GpuDecoder: nvImageCodec region decodes,
+the CuPy canvas, one DLPack import) against the host fallback (PIL) through the same jitted functions, on the same
+draws.
 
 Marked gpu: deselected by default (pytest.ini); run on a machine with an NVIDIA GPU, jax[cuda], nvImageCodec and
 CuPy with `python -m pytest -m gpu` (BUILD.md). Needs no TensorFlow."""
@@ -61,4 +62,63 @@ def test_gpu_eval_matches_host_eval(jpegs):
     gpu, host = _both(jpegs, geometry)
     diff = np.abs(gpu - host)
     print(f"eval crops, GPU vs host: max {diff.max()}, mean {diff.mean():.4f}")
+    assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())
+
+
+def _photo_like_jpeg(rng, h: int, w: int, i: int) -> bytes:
+    y, x = np.mgrid[0:h, 0:w]
+    pixels = np.stack([128 + 100 * np.sin(x / 19.0 + i), 128 + 100 * np.cos(y / 29.0),
+                       128 + 60 * np.sin((x + y) / 37.0)], -1) + rng.normal(0, 12, (h, w, 3))
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def test_ssd_gpu_batch_matches_host_batch():
+    """SSD's JAX path (inputs/ssd_jax): the same TrainPlan (crop windows, flips, jitter draws) decoded by nvJPEG and
+    by PIL, through the same jitted resize, colour jitter and box matching: the targets equal, pixels within the
+    decoders' difference (jitter can stretch it: contrast and saturation scale differences up to 1.5x). Allowed: 4
+    levels, mean 0.02."""
+    from mlperf_keras.inputs import ssd_jax
+
+    rng = np.random.default_rng(5)
+    examples = []
+    for i in range(16):
+        h, w = (int(v) for v in rng.integers(240, 640, 2))
+        lt = rng.random((3, 2)) * 0.6
+        boxes = np.concatenate([lt, lt + 0.1 + rng.random((3, 2)) * 0.3], 1).clip(0, 1).astype(np.float32)
+        examples.append({"jpeg": _photo_like_jpeg(rng, h, w, i), "boxes": boxes[:, [0, 1, 2, 3]],
+                         "labels": rng.integers(1, 81, 3).astype(np.int32), "is_crowd": np.zeros(3, bool),
+                         "image_id": i, "height": h, "width": w})
+    plan = ssd_jax.TrainPlan(examples, np.random.default_rng(6), size=300, max_samples=1)
+    out = []
+    for decoder in (jpeg_batches.GpuDecoder(), jpeg_batches.HostDecoder(4)):
+        canvas = decoder.canvas(plan.jpegs, plan.geometry)
+        out.append(ssd_jax.train_images_and_targets(canvas, plan.geometry.taps(), plan.factors, plan.order, plan.gt,
+                                                    plan.gt_labels, plan.gt_valid))
+    (gpu_images, gpu_targets), (host_images, host_targets) = out
+    for a, b in zip(gpu_targets, host_targets):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    diff = np.abs(np.asarray(gpu_images).astype(int) - np.asarray(host_images).astype(int))
+    print(f"SSD train batch, GPU vs host: max {diff.max()}, mean {diff.mean():.4f}")
+    assert diff.max() <= 4 and diff.mean() < 0.02, (diff.max(), diff.mean())
+
+
+def test_maskrcnn_gpu_images_match_host_images():
+    """Mask R-CNN's JAX path (inputs/maskrcnn_jax): whole images of COCO's sizes decoded by nvJPEG and by PIL, then
+    the same jitted resize to 800/1333, flip and padding. Allowed: 3 levels, mean 0.01 (as ResNet's crops)."""
+    from mlperf_keras.inputs import maskrcnn_jax
+
+    rng = np.random.default_rng(7)
+    jpegs, sizes = [], []
+    for i in range(4):
+        h, w = (480, 640) if i % 2 else (427, 640)
+        jpegs.append(_photo_like_jpeg(rng, h, w, i))
+        sizes.append(maskrcnn_jax.resized_size(h, w))
+    geometry = maskrcnn_jax.ImageGeometry(jpegs, sizes, [False, True, True, False], (800, 1344))
+    gpu = maskrcnn_jax.resize_and_pad(jpeg_batches.GpuDecoder().canvas(jpegs, geometry), geometry.taps())
+    host = maskrcnn_jax.resize_and_pad(jpeg_batches.HostDecoder(4).canvas(jpegs, geometry), geometry.taps())
+    assert gpu.dtype == np.uint8 and gpu.shape == host.shape == (4, 800, 1344, 3)
+    diff = np.abs(np.asarray(gpu).astype(int) - np.asarray(host).astype(int))
+    print(f"Mask R-CNN images, GPU vs host: max {diff.max()}, mean {diff.mean():.4f}")
     assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())
