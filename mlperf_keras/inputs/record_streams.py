@@ -61,25 +61,35 @@ def shuffled(stream: Iterator[bytes], buffer_size: int, rng: np.random.Generator
 
 
 def prefetched(make: Iterator, depth: int, name: str = "input"):
-    """The items of `make` built by a background thread, up to depth ahead; its errors re-raised here."""
+    """The items of `make` built by a background thread, up to depth ahead; its errors re-raised here.
+    Closing this generator (or dropping it) stops the thread and waits for it to finish the item in hand, and
+    closes `make` (so a chain of prefetched stages stops from the end): a thread left decoding on the GPU while the
+    interpreter exits aborts the process."""
     items: queue.Queue = queue.Queue(maxsize=max(1, depth))
     done = object()
     stop = threading.Event()
 
+    def offer(item) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def work():
         try:
             for item in make:
-                while not stop.is_set():
-                    try:
-                        items.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(item):
                     return
-            items.put(done)
+            offer(done)
         except BaseException as e:  # noqa: BLE001 (handed to the consumer)
-            items.put(e)
+            offer(e)
+        finally:
+            close = getattr(make, "close", None)
+            if close is not None:
+                close()
 
     thread = threading.Thread(target=work, daemon=True, name=name)
     thread.start()
@@ -93,6 +103,8 @@ def prefetched(make: Iterator, depth: int, name: str = "input"):
             yield item
     finally:
         stop.set()
+        if thread is not threading.current_thread():
+            thread.join(timeout=30)
 
 
 def epoch_stream(paths: list[str], *, seed: int, epoch: int, num_samples: int, shuffle_buffer: int = 10_000,
