@@ -12,6 +12,11 @@
 #                                          # scaling), loop and bare step and the last timed step's loss
 #   bash benchmarks/gpu_suite.sh transformer  # the Transformer against its peer on our own batch, and step variants
 #                                             # (VARIANTS="flags;flags;..." picks benchmarks/experiments/transformer_variants.py runs)
+#   bash benchmarks/gpu_suite.sh realdata  # 1 GPU: each of MODELS (default: all six) on prepared records
+#                                          # (benchmarks/real_format_data.py, in REALDATA=.cache/realdata): the step
+#                                          # fed by the input pipeline against the same batches resident on the
+#                                          # device, then the input pipeline alone (--input_only)
+# TIMEOUT=S limits each run of ours to S seconds (a run past it prints FAILED and the suite goes on).
 # Each result is one JSON line appended to $OUT/results.jsonl.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_suite}
@@ -25,6 +30,7 @@ export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 STEPS=${STEPS:-30}
 declare -A BATCH=([ncf]=1048576 [resnet]=256 [ssd]=128 [transformer]=8192 [gnmt]=256 [maskrcnn]=8)
+MODELS_GIVEN=${MODELS:-}
 MODELS=${MODELS:-"ncf resnet ssd transformer"}
 RUNS=/tmp/gpu_suite_runs  # one JSON per run (only a few files may come back from $OUT)
 mkdir -p "$RUNS"
@@ -42,9 +48,10 @@ ours() {  # model gpus global_batch tag [--variant="variant flags" | other bench
   fi
   # --ruleset=0.5: the round every figure in RESULTS.md was measured at (ResNet's default is now 0.7, LARS; the
   # peers use SGD, as v0.5).
-  CUDA_VISIBLE_DEVICES=$gpus python3 "${entry[@]}" --model="$m" --backend=jax --flagfile=flags/h200.flags --ruleset=0.5 \
-    --batch_size="$batch" --steps="$STEPS" --warmup_steps=5 --json_out="$json" "$@" 2>&1 \
-    | grep -E "^ |on [0-9]+ x|^variant|decoding on" || echo "FAILED: $m $tag"
+  CUDA_VISIBLE_DEVICES=$gpus ${TIMEOUT:+timeout "$TIMEOUT"} python3 "${entry[@]}" --model="$m" --backend=jax \
+    --flagfile=flags/h200.flags --ruleset=0.5 --batch_size="$batch" --steps="$STEPS" --warmup_steps=5 \
+    --json_out="$json" "$@" 2>&1 \
+    | grep -E "^ |on [0-9]+ x|^variant|decoding on|pipeline alone" || echo "FAILED: $m $tag"
   [ -f "$json" ] && python3 -c "import json,sys; d=json.load(open('$json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
 }
 
@@ -113,5 +120,24 @@ case "${1:-}" in
         ${v:+--variant="$v"} ${SPLIT:+--split} --json_out="$OUT/results.jsonl" 2>&1 | tee -a "$OUT/maskrcnn_ours.log" \
         | grep -E '^\{|rror' || echo "FAILED: maskrcnn graph $v"
     done ;;
-  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|precision|transformer|gnmt|maskrcnn" >&2; exit 2 ;;
+  realdata)
+    # The datasets benchmarks/real_format_data.py prepares (official raw formats from real photos and WMT-like text,
+    # through data_prep), carried to the device. Per model, at the suite's batch: the benchmark with --data_dir
+    # (bare and loop on the pipeline's first batch, then fed against resident), then --input_only on the same data.
+    REALDATA=${REALDATA:-.cache/realdata}
+    if [ ! -d "$REALDATA" ]; then
+      echo "no $REALDATA: python benchmarks/real_format_data.py makes it (needs TensorFlow)" >&2; exit 2
+    fi
+    declare -A DATASET=([ncf]=movielens [resnet]=imagenet [ssd]=coco [maskrcnn]=coco [transformer]=wmt17 [gnmt]=wmt16)
+    # The Transformer last: its fed pass first compiles one step per bucket shape among its first STEPS + 5
+    # batches (22 shapes in 35 batches of 8,192 tokens on this data), the longest set-up of the six.
+    for m in ${MODELS_GIVEN:-ncf resnet ssd gnmt maskrcnn transformer}; do
+      extra=()
+      # From random weights at the reference's LR Mask R-CNN's loss turns NaN (see maskrcnn above).
+      [ "$m" = maskrcnn ] && extra=(--hparams=learning_rate=0.0002)
+      ours "$m" 0 "${BATCH[$m]}" realdata_fed --data_dir="$REALDATA/${DATASET[$m]}" "${extra[@]}"
+      ours "$m" 0 "${BATCH[$m]}" realdata_input_only --data_dir="$REALDATA/${DATASET[$m]}" --input_only
+    done ;;
+  *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|precision|transformer|gnmt|maskrcnn|realdata" >&2
+     exit 2 ;;
 esac

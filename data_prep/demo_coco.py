@@ -61,7 +61,9 @@ JPEG_QUALITY = 90
 
 
 def _sizes(rng, size, n):
-    """n (width, height) pairs: size is (W, H) or ((W_min, W_max), (H_min, H_max))."""
+    """n (width, height) pairs: size is (W, H), ((W_min, W_max), (H_min, H_max)) or a function rng -> (W, H)."""
+    if callable(size):
+        return [tuple(int(v) for v in size(rng)) for _ in range(n)]
     width, height = size
     if np.ndim(width) == 0:
         return [(int(width), int(height))] * n
@@ -126,8 +128,9 @@ def _uncompressed_rle(mask: np.ndarray) -> dict:
     return {"counts": [int(r) for r in runs], "size": [int(mask.shape[0]), int(mask.shape[1])]}
 
 
-def _crowd(rng, image: np.ndarray, taken: list, compressed: bool):
-    """A crowd region: a cluster of small blobs of the crowd class, one RLE mask for all of them."""
+def _crowd(rng, image: np.ndarray, taken: list, compressed: bool, paint: bool = True):
+    """A crowd region: a cluster of small blobs of the crowd class, one RLE mask for all of them (painted in the
+    class colour unless paint=False)."""
     from pycocotools import mask as mask_utils
 
     height, width = image.shape[:2]
@@ -142,7 +145,8 @@ def _crowd(rng, image: np.ndarray, taken: list, compressed: bool):
         mask |= _shape_mask("ellipse", (bx, by, bw, bh), width, height)
     if not mask.any():
         return None
-    image[mask] = DEMO_CLASSES[CROWD_CATEGORY]
+    if paint:
+        image[mask] = DEMO_CLASSES[CROWD_CATEGORY]
     encoded = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
     bbox = [round(float(v), 2) for v in mask_utils.toBbox(encoded)]
     area = float(mask_utils.area(encoded))
@@ -172,17 +176,17 @@ def _encode(array: np.ndarray, kind: str) -> bytes:
 
 
 def _split(rng, image_dir: str, ids: list[int], sizes: list, special: dict, annotation_ids, photo: bool,
-           max_objects: int, object_size):
+           max_objects: int, object_size, photos=None):
     """Write one split's images; its (images, annotations) entries."""
     os.makedirs(image_dir, exist_ok=True)
     classes = sorted(DEMO_CLASSES)
     images, annotations = [], []
     for n, (image_id, (width, height)) in enumerate(zip(ids, sizes)):
         kind = special.get(n, "plain")
-        pixels = _background(rng, width, height)
+        pixels = _background(rng, width, height) if photos is None else photos(rng, width, height).astype(np.float32)
         taken, objects = [], []
         if kind == "crowd" or kind == "crowd_string":
-            crowd = _crowd(rng, pixels, taken, compressed=kind == "crowd_string")
+            crowd = _crowd(rng, pixels, taken, compressed=kind == "crowd_string", paint=photos is None)
             if crowd is not None:
                 crowd["id"] = CROWD_ID_BASE + image_id
                 objects.append(crowd)
@@ -194,9 +198,10 @@ def _split(rng, image_dir: str, ids: list[int], sizes: list, special: dict, anno
                 taken.append(box)
                 category = classes[int(rng.integers(len(classes)))]
                 shape = "rectangle" if rng.random() < 0.5 else "ellipse"
-                mask = _shape_mask(shape, box, width, height)
-                # Class colour with a little shading, so the shape is not one flat value.
-                pixels[mask] = np.asarray(DEMO_CLASSES[category], np.float32) * rng.uniform(0.85, 1.0)
+                if photos is None:
+                    mask = _shape_mask(shape, box, width, height)
+                    # Class colour with a little shading, so the shape is not one flat value.
+                    pixels[mask] = np.asarray(DEMO_CLASSES[category], np.float32) * rng.uniform(0.85, 1.0)
                 polygon = _polygon(shape, box)
                 objects.append({"segmentation": [polygon], "area": round(_polygon_area(polygon), 2), "iscrowd": 0,
                                 "bbox": list(box), "category_id": category, "id": next(annotation_ids)})
@@ -210,8 +215,9 @@ def _split(rng, image_dir: str, ids: list[int], sizes: list, special: dict, anno
                                               width + 20.0, height + 20.0]], "area": 450.0, "iscrowd": 0,
                             "bbox": [width - 10.0, height - 10.0, 30.0, 30.0], "category_id": classes[-1],
                             "id": next(annotation_ids)})
-        # Grey noise over everything (photo=True: strong fine detail, so JPEG sizes are like photos').
-        pixels += rng.normal(0, 30 if photo else 8, (height, width, 1)).astype(np.float32)
+        if photos is None:
+            # Grey noise over everything (photo=True: strong fine detail, so JPEG sizes are like photos').
+            pixels += rng.normal(0, 30 if photo else 8, (height, width, 1)).astype(np.float32)
         array = np.clip(pixels, 0, 255).astype(np.uint8)
         encoding = {"gray": "gray", "cmyk": "cmyk", "png": "png"}.get(kind, "jpeg")
         file_name = f"{image_id:012d}.jpg"
@@ -226,7 +232,7 @@ def _split(rng, image_dir: str, ids: list[int], sizes: list, special: dict, anno
 
 def write_raw(raw_dir: str, num_train: int = 64, num_val: int = 16, size=((256, 384), (192, 288)), seed: int = 0,
               oddities: bool = False, photo: bool = False, max_objects: int = 3, object_size=(0.1, 0.6),
-              all_categories: bool = True) -> dict:
+              all_categories: bool = True, photos=None) -> dict:
     """Write the official layout into raw_dir; returns what is where (file names of the special images, counts).
 
     size: (W, H) for every image, or ((W_min, W_max), (H_min, H_max)) for sizes drawn per image. Special images
@@ -235,6 +241,9 @@ def write_raw(raw_dir: str, num_train: int = 64, num_val: int = 16, size=((256, 
     train 3 is a CMYK JPEG, train 4 a PNG (both named .jpg), train 5 has a zero-width and a border-crossing box.
     object_size: the (min, max) fraction of each image side an object spans. all_categories=False lists only the
     drawn classes in "categories" (still COCO ids with gaps), so the prepared data has 5 classes, not 80.
+    photos: a function (rng, width, height) -> uint8 HxWx3 array (benchmarks/real_format_data.py: real photos): each
+    image is that picture as it is, and the objects (boxes, polygons, crowd RLE) are annotated on it without being
+    painted in (photo then unused).
     """
     rng = np.random.default_rng(seed)
     annotation_ids = iter(range(100_000 + 1000 * seed, 10**9))
@@ -252,7 +261,7 @@ def write_raw(raw_dir: str, num_train: int = 64, num_val: int = 16, size=((256, 
     for split, ids, split_sizes, special in (("train", all_ids[:num_train], sizes[:num_train], train_special),
                                              ("val", all_ids[num_train:], sizes[num_train:], val_special)):
         images, annotations = _split(rng, os.path.join(raw_dir, f"{split}2017"), ids, split_sizes, special,
-                                     annotation_ids, photo, max_objects, object_size)
+                                     annotation_ids, photo, max_objects, object_size, photos)
         document = {"info": {"description": "COCO-format demo data (generated)", "version": "1.0", "year": 2017},
                     "licenses": [{"url": "", "id": 1, "name": "generated"}],
                     "images": images, "annotations": annotations, "categories": categories}

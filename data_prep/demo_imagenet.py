@@ -92,14 +92,18 @@ def _write_devkit(path: str, wnids: list[str], val_wnids: list[str], rng):
 
 def write_raw(raw_dir: str, num_classes: int = 4, train_per_class: int = 6, val_images: int = 8,
               size=(64, 48), seed: int = 0, oddities: bool = True, corrupt: str | None = None,
-              labels: str = "wnids", photo: bool = False) -> dict:
+              labels: str = "wnids", photo: bool = False, image_fn=None) -> dict:
     """Write the official files into raw_dir; returns what was written (wnids, special names, val wnids).
 
+    image_fn: a function (rng, label) -> uint8 HxWx3 array that makes each image instead of class_image (size and
+    photo then unused): benchmarks/real_format_data.py passes crops of real photos.
     oddities: one PNG (class 0), one CMYK JPEG (class 1) and one grayscale JPEG (class 2 or last) under .JPEG names.
     corrupt: None, "train" or "val": one truncated JPEG in that split. labels: "wnids" (a one-wnid-per-line file),
     "devkit" (ILSVRC2012_devkit_t12.tar.gz) or "none".
     """
     rng = np.random.default_rng(seed)
+    if image_fn is None:
+        image_fn = lambda rng, label: class_image(rng, label, num_classes, size, photo)  # noqa: E731
     os.makedirs(raw_dir, exist_ok=True)
     wnids = wnid_list(num_classes)
     special = {}
@@ -117,7 +121,7 @@ def write_raw(raw_dir: str, num_classes: int = 4, train_per_class: int = 6, val_
                 for n in range(train_per_class):
                     kind = special.get((label, n), "jpeg")
                     name = f"{wnids[label]}_{1000 + 37 * n}.JPEG"
-                    _add(inner, name, _encode(class_image(rng, label, num_classes, size, photo), kind))
+                    _add(inner, name, _encode(image_fn(rng, label), kind))
                     if kind != "jpeg":
                         info[kind].append(name)
                     info["train_images"] += 1
@@ -131,7 +135,7 @@ def write_raw(raw_dir: str, num_classes: int = 4, train_per_class: int = 6, val_
         for i, label in enumerate(val_labels, 1):
             kind = "truncated" if corrupt == "val" and i == val_images else "jpeg"
             name = f"ILSVRC2012_val_{i:08d}.JPEG"
-            _add(archive, name, _encode(class_image(rng, label, num_classes, size, photo), kind))
+            _add(archive, name, _encode(image_fn(rng, label), kind))
             if kind != "jpeg":
                 info[kind].append(name)
     os.replace(val_tmp, val_path)

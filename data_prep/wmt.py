@@ -282,17 +282,21 @@ def _words(rng, count):
 
 
 def write_demo_raw(raw_dir: str, num_pairs: int = 20_000, num_test: int = 200, task: str = "copy", seed: int = 0,
-                   vocabulary: int = 48, min_words: int = 3, max_words: int = 10, archives: bool = False) -> None:
+                   vocabulary: int = 48, min_words: int = 3, max_words: int = 10, archives: bool = False,
+                   words: list[str] | None = None, word_weights=None, sentence_words=None) -> None:
     """A small parallel corpus in the WMT17 file layout: the three reference corpora (split num_pairs among them)
     and newstest2014 as SGML. English sentences are random words; German is the same words (task "copy"), in
     reverse order ("reverse"), or each word translated by a fixed dictionary ("dictionary").
-    With archives=True they are packed as the .tgz files WMT distributes."""
+    With archives=True they are packed as the .tgz files WMT distributes.
+    words: the English words (default: `vocabulary` made-up ones); word_weights: their probabilities (default:
+    equal); sentence_words: a function rng -> words in a sentence (default: uniform in [min_words, max_words])."""
     rng = np.random.default_rng(seed)
-    english = _words(rng, vocabulary)
+    english = _words(rng, vocabulary) if words is None else np.asarray(words)  # an array: rng.choice converts lists
     german = dict(zip(english, rng.permutation([w + "en" for w in english])))
 
     def pair():
-        words = list(rng.choice(english, size=int(rng.integers(min_words, max_words + 1))))
+        count = int(rng.integers(min_words, max_words + 1)) if sentence_words is None else int(sentence_words(rng))
+        words = list(rng.choice(english, size=count, p=word_weights))
         if task == "copy":
             out = words
         elif task == "reverse":

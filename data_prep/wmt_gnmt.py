@@ -238,20 +238,27 @@ def prepare(raw_dir: str, output_dir: str, corpora=tuple(CORPORA), merges: int =
 # A small corpus in the WMT16 layout (the demo and the tests)
 
 def write_demo_raw(raw_dir: str, num_pairs: int = 6_000, num_test: int = 200, seed: int = 0, vocabulary: int = 24,
-                   min_words: int = 2, max_words: int = 7) -> None:
+                   min_words: int = 2, max_words: int = 7, words: list[str] | None = None, word_weights=None,
+                   sentence_words=None) -> None:
     """The three WMT16 corpora (num_pairs split among them, unpacked in the archives' folder names) and newstest2014
     as SGML. English sentences are random made-up words ending with a full stop; German is each word translated by a fixed
-    dictionary, in order (GNMT's decoder starts from zero states: every source word reaches it through attention)."""
+    dictionary, in order (GNMT's decoder starts from zero states: every source word reaches it through attention).
+    words: the English words (default: `vocabulary` made-up ones); word_weights: their probabilities (default:
+    equal); sentence_words: a function rng -> words in a sentence (default: uniform in [min_words, max_words])."""
     rng = np.random.default_rng(seed)
-    syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vi", "so", "pe", "du", "ga", "fi"]
-    english = set()
-    while len(english) < vocabulary:
-        english.add("".join(rng.choice(syllables, size=int(rng.integers(1, 3)))))
-    english = sorted(english)
+    if words is None:
+        syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vi", "so", "pe", "du", "ga", "fi"]
+        english = set()
+        while len(english) < vocabulary:
+            english.add("".join(rng.choice(syllables, size=int(rng.integers(1, 3)))))
+        english = sorted(english)
+    else:
+        english = np.asarray(words)   # an array: rng.choice converts a list on every call
     german = dict(zip(english, rng.permutation([w + "en" for w in english])))
 
     def pair():
-        words = list(rng.choice(english, size=int(rng.integers(min_words, max_words + 1))))
+        count = int(rng.integers(min_words, max_words + 1)) if sentence_words is None else int(sentence_words(rng))
+        words = list(rng.choice(english, size=count, p=word_weights))
         return " ".join(words) + ".", " ".join(german[w] for w in words) + "."  # raw text: "a b."
 
     folders = {"europarl": "training-parallel-europarl-v7/training", "commoncrawl": "training-parallel-commoncrawl",
