@@ -174,8 +174,7 @@ class GpuDecoder:
         from nvidia import nvimgcodec
 
         self._cupy, self._nvimgcodec = cupy, nvimgcodec
-        self._decoder = nvimgcodec.Decoder()
-        self._stream = cupy.cuda.Stream(non_blocking=True)
+        _gpu_decoder_state()   # made here, so a missing library fails at start-up
 
     def canvas(self, jpegs: list[bytes], geometry: CanvasLayout):
         import jax
@@ -186,8 +185,9 @@ class GpuDecoder:
             code = nv.CodeStream(jpeg)
             streams.append(code.get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w))))
         runtime = cp.cuda.runtime
-        with self._stream:
-            images = self._decoder.decode(streams, cuda_stream=self._stream.ptr)
+        decoder, stream = _gpu_decoder_state()
+        with stream:
+            images = decoder.decode(streams, cuda_stream=stream.ptr)
             canvas = cp.empty(geometry.canvas_size(), cp.uint8)
             for base, image, (_, _, h, w) in zip(geometry.bases, images, geometry.windows):
                 if image is None:
@@ -200,9 +200,34 @@ class GpuDecoder:
                 pitch = interface["strides"][0] if interface.get("strides") else int(w) * 3
                 # one 2-D copy per image (its rows may be pitched): a runtime call, no CuPy array or kernel
                 runtime.memcpy2DAsync(canvas.data.ptr + int(base), int(w) * 3, interface["data"][0], pitch,
-                                      int(w) * 3, int(h), runtime.memcpyDeviceToDevice, self._stream.ptr)
-        self._stream.synchronize()
+                                      int(w) * 3, int(h), runtime.memcpyDeviceToDevice, stream.ptr)
+        stream.synchronize()
         return jax.dlpack.from_dlpack(canvas)
+
+
+_gpu_state: dict = {}
+
+
+def _gpu_decoder_state():
+    """The process's one nvImageCodec decoder and CUDA stream, shared by every GpuDecoder and released at exit before
+    JAX's and CuPy's own teardown (atexit runs last-registered first). On an H100 a second GpuDecoder made in one
+    process segfaulted, and benchmark processes whose decoder lived until the interpreter's shutdown aborted there."""
+    if not _gpu_state:
+        import atexit
+
+        import cupy
+        from nvidia import nvimgcodec
+
+        _gpu_state.update(decoder=nvimgcodec.Decoder(), stream=cupy.cuda.Stream(non_blocking=True))
+        atexit.register(_release_gpu_decoder)
+    return _gpu_state["decoder"], _gpu_state["stream"]
+
+
+def _release_gpu_decoder():
+    stream = _gpu_state.get("stream")
+    if stream is not None:
+        stream.synchronize()
+    _gpu_state.clear()
 
 
 _decoders: dict = {}
