@@ -39,6 +39,9 @@ setup(
         # ImageNet/COCO/WMT input pipelines are tf.data: add tf-cpu (it leaves the GPUs to JAX).
         "jax-cuda": ["jax[cuda13]>=0.7.2", "google-crc32c>=1.5"],
         "jax-cuda12": ["jax[cuda12]>=0.4.30", "google-crc32c>=1.5"],
+        # JPEGs decoded on the GPU for the JAX input pipelines (inputs/jpeg_batches.py): nvImageCodec with nvJPEG and
+        # CuPy for the batch canvas; without them the pipelines decode on the host (PIL) and say so once.
+        "gpu-decode": ["nvidia-nvimgcodec-cu13", "nvidia-nvjpeg", "cupy-cuda13x"],
         # ImageNet's validation labels and PNG/CMYK file lists ship in this wheel; scipy reads the devkit's meta.mat.
         "imagenet": ["tensorflow-datasets>=4.9", "scipy>=1.10"],
         "test": ["pytest>=8", "jax>=0.4.30", "google-crc32c>=1.5", "tensorflow-datasets>=4.9", "scipy>=1.10"],

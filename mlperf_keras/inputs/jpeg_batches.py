@@ -126,11 +126,11 @@ def gpu_decoder_missing() -> str | None:
     try:
         from nvidia import nvimgcodec  # noqa: F401
     except ImportError:
-        return "nvImageCodec is not installed (pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg)"
+        return "nvImageCodec is not installed (pip install mlperf_keras[gpu-decode], or nvidia-nvimgcodec-cu13 nvidia-nvjpeg)"
     try:
         import cupy  # noqa: F401
     except ImportError:
-        return "CuPy is not installed (pip install cupy-cuda13x)"
+        return "CuPy is not installed (pip install mlperf_keras[gpu-decode], or cupy-cuda13x)"
     return None
 
 
