@@ -126,7 +126,8 @@ def gpu_decoder_missing() -> str | None:
     try:
         from nvidia import nvimgcodec  # noqa: F401
     except ImportError:
-        return "nvImageCodec is not installed (pip install mlperf_keras[gpu-decode], or nvidia-nvimgcodec-cu13 nvidia-nvjpeg)"
+        return ("nvImageCodec is not installed (pip install mlperf_keras[gpu-decode], or nvidia-nvimgcodec-cu13 "
+                "nvidia-nvjpeg)")
     try:
         import cupy  # noqa: F401
     except ImportError:
