@@ -80,6 +80,19 @@ def prepared_coco(tmp_path_factory):
     return str(root / "out")
 
 
+@pytest.fixture(scope="session")
+def prepared_maskrcnn_coco(tmp_path_factory):
+    """(raw folder, prepared folder) of 14 train and 5 val COCO images of 96-170 px a side, both orientations, with
+    polygon masks: Mask R-CNN's input tests read it (shared, read-only)."""
+    from data_prep import coco, demo_coco
+
+    root = tmp_path_factory.mktemp("maskrcnn_data")
+    demo_coco.write_raw(str(root / "raw"), num_train=14, num_val=5, size=((96, 170), (96, 170)), seed=4)
+    coco.prepare(str(root / "raw"), str(root / "out"), train_shards=2, val_shards=2, num_workers=0,
+                 log=lambda _: None)
+    return str(root / "raw"), str(root / "out")
+
+
 def train_values(**overrides):
     """Flag values for mlperf_keras.train.resolve, as the command line would give them (defaults + overrides)."""
     from absl import flags
@@ -113,6 +126,22 @@ def prepare_coco_same_val(root, num_train: int, shards: int, **write_raw_args) -
     coco.prepare(raw, out, train_shards=shards, val_shards=shards, num_workers=0, log=lambda _: None)
     return out
 
+
+
+def photo_jpeg(height: int, width: int, seed: int) -> bytes:
+    """A JPEG with smooth structure and noise (the decoders' DCT choices show on it as on photos)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    pixels = np.stack([128 + 100 * np.sin(x / 17.0 + seed), 128 + 100 * np.cos(y / 23.0),
+                       128 + 60 * np.sin((x + y) / 31.0)], -1) + rng.normal(0, 12, (height, width, 3))
+    out = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(out, "JPEG", quality=90)
+    return out.getvalue()
 
 def mllog_events(path, only_mllog: bool = False):
     """The MLLOG events of a log file, as dicts (key, value, metadata...); only_mllog: assert the file holds no

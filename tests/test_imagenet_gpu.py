@@ -4,34 +4,22 @@ draws (within what the JPEG decoders differ by), every record once per epoch, ba
 decoder's comparison with the host's is tests/test_imagenet_gpu_decode.py (marked gpu, no TensorFlow)."""
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from PIL import Image
 
 from data_prep import demo_imagenet, imagenet
 from mlperf_keras.inputs import image, image_geometry, imagenet_gpu, jpeg_batches, record_streams, records
 from mlperf_keras.inputs.manifest import read_manifest, worker_files, worker_rows
-
-
-def _photo_jpeg(height: int, width: int, seed: int) -> bytes:
-    """A JPEG with smooth structure and noise (the decoders' DCT choices show on it as on photos)."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width]
-    pixels = np.stack([128 + 100 * np.sin(x / 17.0 + seed), 128 + 100 * np.cos(y / 23.0),
-                       128 + 60 * np.sin((x + y) / 31.0)], -1) + rng.normal(0, 12, (height, width, 3))
-    out = io.BytesIO()
-    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(out, "JPEG", quality=90)
-    return out.getvalue()
+from tests.conftest import photo_jpeg
 
 
 @pytest.fixture(scope="module")
 def jpegs():
     sizes = np.random.default_rng(0).integers(60, 300, (12, 2))
-    return [_photo_jpeg(int(h), int(w), i) for i, (h, w) in enumerate(sizes)]
+    return [photo_jpeg(int(h), int(w), i) for i, (h, w) in enumerate(sizes)]
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from mlperf_keras.inputs import image_geometry, imagenet_gpu, jpeg_batches
+from tests.conftest import photo_jpeg
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no NVIDIA GPU (nvidia-smi not found)")]
@@ -65,15 +66,6 @@ def test_gpu_eval_matches_host_eval(jpegs):
     assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())
 
 
-def _photo_like_jpeg(rng, h: int, w: int, i: int) -> bytes:
-    y, x = np.mgrid[0:h, 0:w]
-    pixels = np.stack([128 + 100 * np.sin(x / 19.0 + i), 128 + 100 * np.cos(y / 29.0),
-                       128 + 60 * np.sin((x + y) / 37.0)], -1) + rng.normal(0, 12, (h, w, 3))
-    buf = io.BytesIO()
-    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90)
-    return buf.getvalue()
-
-
 def test_ssd_gpu_batch_matches_host_batch():
     """SSD's JAX path (inputs/ssd_jax): the same TrainPlan (crop windows, flips, jitter draws) decoded by nvJPEG and
     by PIL, through the same jitted resize, colour jitter and box matching: the targets equal, pixels within the
@@ -87,7 +79,7 @@ def test_ssd_gpu_batch_matches_host_batch():
         h, w = (int(v) for v in rng.integers(240, 640, 2))
         lt = rng.random((3, 2)) * 0.6
         boxes = np.concatenate([lt, lt + 0.1 + rng.random((3, 2)) * 0.3], 1).clip(0, 1).astype(np.float32)
-        examples.append({"jpeg": _photo_like_jpeg(rng, h, w, i), "boxes": boxes[:, [0, 1, 2, 3]],
+        examples.append({"jpeg": photo_jpeg(h, w, 100 + i), "boxes": boxes[:, [0, 1, 2, 3]],
                          "labels": rng.integers(1, 81, 3).astype(np.int32), "is_crowd": np.zeros(3, bool),
                          "image_id": i, "height": h, "width": w})
     plan = ssd_jax.TrainPlan(examples, np.random.default_rng(6), size=300, max_samples=1)
@@ -109,11 +101,10 @@ def test_maskrcnn_gpu_images_match_host_images():
     the same jitted resize to 800/1333, flip and padding. Allowed: 3 levels, mean 0.01 (as ResNet's crops)."""
     from mlperf_keras.inputs import maskrcnn_jax
 
-    rng = np.random.default_rng(7)
     jpegs, sizes = [], []
     for i in range(4):
         h, w = (480, 640) if i % 2 else (427, 640)
-        jpegs.append(_photo_like_jpeg(rng, h, w, i))
+        jpegs.append(photo_jpeg(h, w, 200 + i))
         sizes.append(maskrcnn_jax.resized_size(h, w))
     geometry = maskrcnn_jax.ImageGeometry(jpegs, sizes, [False, True, True, False], (800, 1344))
     gpu = maskrcnn_jax.resize_and_pad(jpeg_batches.GpuDecoder().canvas(jpegs, geometry), geometry.taps())

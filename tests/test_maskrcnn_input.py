@@ -19,12 +19,8 @@ MIN, MAX = 64, 112      # a short side of 64, long sides up to 112: padded to (6
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("maskrcnn_data")
-    demo_coco.write_raw(str(root / "raw"), num_train=14, num_val=5, size=((96, 170), (96, 170)), seed=4)
-    coco.prepare(str(root / "raw"), str(root / "out"), train_shards=2, val_shards=2, num_workers=0,
-                 log=lambda _: None)
-    return str(root / "raw"), str(root / "out")
+def prepared(prepared_maskrcnn_coco):
+    return prepared_maskrcnn_coco
 
 
 def reference_get_size(w, h, min_size=800, max_size=1333):

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import coco, demo_coco
 from mlperf_keras.inputs import jpeg_batches, maskrcnn, maskrcnn_jax, record_reader, records
 from mlperf_keras.inputs.manifest import DataError, read_manifest, worker_files
 
@@ -21,12 +20,8 @@ GROW = (160, 256)       # they grow to it: the bilinear kernel (all of COCO's im
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("maskrcnn_jax")
-    demo_coco.write_raw(str(root / "raw"), num_train=14, num_val=5, size=((96, 170), (96, 170)), seed=4)
-    coco.prepare(str(root / "raw"), str(root / "out"), train_shards=2, val_shards=2, num_workers=0,
-                 log=lambda _: None)
-    out = str(root / "out")
+def prepared(prepared_maskrcnn_coco):
+    _, out = prepared_maskrcnn_coco
     manifest = read_manifest(out, "maskrcnn")
     return worker_files(out, manifest, "train", 0, 1), worker_files(out, manifest, "validation", 0, 1), out
 
