@@ -230,13 +230,13 @@ def test_the_workload_cuts_the_jax_paths_passes_into_epochs(prepared, monkeypatc
     hparams = f"min_size={MIN},max_size={MAX},max_gt=6,shuffle_buffer=8"
     batch = next(b for b in (3, 4, 5, 2) if maskrcnn.grouped_batches_needed(groups, b) != sum(groups) // b + 1)
     _, _, config, _ = resolve_run("maskrcnn", data_dir=out, batch_size=batch, hparams=hparams, division="open")
-    assert config.hparams["input_pipeline"] == "auto" and workload_module.input_pipeline(config) == "tf.data"
+    assert config.hparams["input_pipeline"] == "auto" and jpeg_batches.choose_pipeline("auto") == "tf.data"
     assert "input_pipeline" in tunable.tunable_keys("maskrcnn", "0.7", config.hparams)   # closed: how it runs
     workload, manifest, host, _ = resolve_run("maskrcnn", data_dir=out, batch_size=batch, division="open",
                                               hparams=hparams + ",input_pipeline=host", backbone_weights="none")
     with pytest.raises(ConfigError, match="input_pipeline=host runs on the JAX backend"):
         workload.check(host, manifest)
-    monkeypatch.setattr(workload_module, "input_pipeline", lambda config: "host")
+    monkeypatch.setattr(jpeg_batches, "choose_pipeline", lambda requested: "host")
     steps = sum(groups) // batch + 1
     pass_batches = maskrcnn.grouped_batches_needed(groups, batch)
     data = workload_module._CocoTrainData(config, distribute.create("tensorflow"), train, steps)

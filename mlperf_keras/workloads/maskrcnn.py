@@ -360,13 +360,6 @@ def instance_results(outputs: dict, index: int, image_id: int, image_size, heigh
     return rows, coco_instances.encode_image_masks(masks, boxes, int(height), int(width))
 
 
-def input_pipeline(config) -> str:
-    """Which input pipeline the hparam input_pipeline picks here: tf.data, gpu or host (inputs/maskrcnn_jax)."""
-    from mlperf_keras.inputs import jpeg_batches
-
-    return jpeg_batches.choose_pipeline(config.hparams["input_pipeline"])
-
-
 class _CocoTrainData(TrainData):
     """One worker's batches as the reference's IterationBasedBatchSampler serves them: passes over the data (each
     trainable image once, grouped by orientation) back to back, cut into epochs of steps_per_epoch iterations; a
@@ -374,10 +367,10 @@ class _CocoTrainData(TrainData):
     the JAX pipeline (inputs.maskrcnn_jax), as input_pipeline picks."""
 
     def __init__(self, config, dist, paths, steps):
-        from mlperf_keras.inputs import maskrcnn_shapes
+        from mlperf_keras.inputs import jpeg_batches, maskrcnn_shapes
 
         self.config, self.rank, self.paths, self.steps_per_epoch = config, dist.rank, paths, steps
-        self.pipeline = input_pipeline(config)
+        self.pipeline = jpeg_batches.choose_pipeline(config.hparams["input_pipeline"])
         # This worker's trainable images per orientation, counted once (one read of its files).
         if self.pipeline == "tf.data":
             from mlperf_keras.inputs.maskrcnn import count_groups
@@ -469,14 +462,16 @@ class _CocoEvaluator(Evaluator):
             self.paste = coco_instances.PastePool(hp["paste_processes"])
         self.metric.reset()
         pending = []  # (image id, rows, future RLEs): the masks are pasted while the next batches are predicted
-        pipeline = input_pipeline(self.config)
+        from mlperf_keras.inputs import jpeg_batches
+
+        pipeline = jpeg_batches.choose_pipeline(self.config.hparams["input_pipeline"])
         if pipeline == "tf.data":
             from mlperf_keras.inputs import maskrcnn, records
 
             batches = records.backend_batches(maskrcnn.eval_dataset(self.paths, batch_size=self.batch,
                                                                     min_size=hp["min_size"], max_size=hp["max_size"]))
         else:
-            from mlperf_keras.inputs import jpeg_batches, maskrcnn_jax
+            from mlperf_keras.inputs import maskrcnn_jax
 
             batches = maskrcnn_jax.eval_batches(self.paths, jpeg_batches.make_decoder(pipeline), batch_size=self.batch,
                                                 min_size=hp["min_size"], max_size=hp["max_size"])
