@@ -22,9 +22,11 @@ from mlperf_keras.inputs import records
 from mlperf_keras.inputs.image_geometry import CropParams
 from mlperf_keras.inputs.manifest import DataError, check_epoch_fits  # noqa: F401 (re-exported)
 
-# libjpeg's accurate integer DCT (JDCT_ISLOW), the one PIL decodes with: SSD's and Mask R-CNN's references read
-# images with PIL. tf.image's default ("") is the fast DCT, which differs by a few levels; ResNet's reference is
-# TensorFlow with that default, so its pipeline keeps it.
+# libjpeg's accurate integer DCT (JDCT_ISLOW), the one PIL decodes with. SSD's and Mask R-CNN's references read
+# images with PIL (mlcommons/training at 0badcd1786fcb007725ed05f1c44e9d80bbeac52: single_stage_detector/ssd/utils.py
+# COCODetection.__getitem__, Image.open(img_path).convert("RGB"); object_detection/pytorch/maskrcnn_benchmark/data/
+# datasets/coco.py COCODataset, through torchvision's CocoDetection). tf.image's default ("") is the fast DCT, a few
+# levels off; ResNet's reference is TensorFlow with that default, so its pipeline keeps it.
 ACCURATE_DCT = "INTEGER_ACCURATE"
 
 IMAGENET_MEAN_RGB = (123.68, 116.78, 103.94)
