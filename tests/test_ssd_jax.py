@@ -83,6 +83,41 @@ def test_crop_choice_is_tensorflows_given_its_draws(max_samples):
     assert len(modes_seen) >= (5 if max_samples == 50 else 4), modes_seen
 
 
+def test_batched_crop_choice_and_plan_boxes_are_the_per_image_ones():
+    """choose_crops over a padded batch (1-9 boxes an image) picks each image's choose_crop window, boxes and mode,
+    and TrainPlan's ground truth is each image's crop_boxes (flipped where the plan flips), in order, then zeros."""
+    rng = np.random.default_rng(3)
+    counts = rng.integers(1, 10, 64)
+    boxes = np.zeros((64, 16, 4), np.float32)
+    valid = np.arange(16) < counts[:, None]
+    for i, n in enumerate(counts):
+        boxes[i, :n] = _random_boxes(rng, int(n))
+    modes, uniforms = rng.integers(0, 7, (64, 50)), rng.random((64, 50, 2, 4), dtype=np.float32)
+    windows, keep, chosen = ssd_jax.choose_crops(boxes, valid, modes, uniforms)
+    for i, n in enumerate(counts):
+        window, kept, mode = ssd_jax.choose_crop(boxes[i, :n], modes[i], uniforms[i])
+        np.testing.assert_array_equal(windows[i], window)
+        np.testing.assert_array_equal(keep[i], np.concatenate([kept, np.zeros(16 - n, bool)]))
+        assert chosen[i] == mode
+    assert len(set(chosen.tolist())) >= 4
+
+    jpeg = tf.io.encode_jpeg(np.zeros((40, 60, 3), np.uint8)).numpy()
+    examples = [{"jpeg": jpeg, "boxes": boxes[i, :n], "labels": np.arange(1, n + 1, dtype=np.int32)}
+                for i, n in enumerate(counts)]
+    plan = ssd_jax.TrainPlan(examples, np.random.default_rng(4), size=300, max_samples=1)
+    draws = np.random.default_rng(4)
+    for i, example in enumerate(examples):
+        window, kept, _ = ssd_jax.choose_crop(example["boxes"], *ssd_jax.draw_crop(draws, 1))
+        flip = draws.random() < 0.5
+        ssd_jax.draw_jitter(draws)
+        gt, labels = ssd_jax.crop_boxes(example["boxes"], example["labels"], window, kept)
+        gt = ssd_jax.flip_boxes(gt) if flip else gt
+        np.testing.assert_array_equal(plan.gt[i, :len(gt)], gt)
+        np.testing.assert_array_equal(plan.gt_labels[i, :len(gt)], labels)
+        assert plan.gt_valid[i].sum() == len(gt) and not plan.gt[i, len(gt):].any()
+        np.testing.assert_array_equal(plan.geometry.windows[i], ssd_jax.pixel_window(window, 40, 60))
+
+
 def test_pixel_window_is_decode_windows():
     """pixel_window's (y, x, h, w) is the slice ssd.decode_window takes (unfused: full decode, then the slice)."""
     rng = np.random.default_rng(1)

@@ -37,8 +37,11 @@ from mlperf_keras.inputs.manifest import DataError
 
 # ---- record order ----
 
+_KEYS = frozenset(["image/encoded", "image/class/label"])
+
+
 def _jpeg_and_label(serialized: bytes, label_offset: int) -> tuple[bytes, int]:
-    example = record_reader.parse_example(serialized)
+    example = record_reader.parse_example(serialized, _KEYS)
     try:
         (jpeg,) = example["image/encoded"]
         (label,) = example["image/class/label"]
