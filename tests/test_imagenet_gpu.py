@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from data_prep import demo_imagenet, imagenet
 from mlperf_keras.inputs import image, image_geometry, imagenet_gpu, jpeg_batches, record_streams, records
-from mlperf_keras.inputs.manifest import read_manifest, worker_files, worker_rows
+from mlperf_keras.inputs.manifest import DataError, read_manifest, worker_files, worker_rows
 from tests.conftest import photo_jpeg
 
 
@@ -198,6 +198,34 @@ def test_train_and_eval_batches_shapes_dtypes_and_padding(prepared):
     diff = np.abs(np.concatenate([np.asarray(b[0]) for b in out]).astype(int)
                   - np.concatenate([b[0].numpy() for b in closed]).astype(int))
     assert diff.mean() < 1.5
+
+
+def test_batches_planned_in_a_worker_process_are_the_threads_ones(prepared, tmp_path):
+    """plan_in_process=True (reading and planning in inputs/worker_process) gives the batches of the in-thread plan;
+    a stream closed early leaves the worker to the next one; a bad record's DataError reaches the caller."""
+    data_dir, manifest = prepared
+    decoder = jpeg_batches.HostDecoder(2)
+    paths = worker_files(data_dir, manifest, "train", 0, 1)
+
+    def batches(in_process, num_batches=3):
+        return [(np.asarray(x), y) for x, y in imagenet_gpu.train_batches(
+            paths, decoder, seed=2, epoch=1, rank=0, batch_size=4, num_batches=num_batches, image_size=24,
+            shuffle_buffer=16, plan_in_process=in_process)]
+
+    in_thread = batches(False)
+    early = imagenet_gpu.train_batches(paths, decoder, seed=2, epoch=1, rank=0, batch_size=4, num_batches=8,
+                                       image_size=24, shuffle_buffer=16, plan_in_process=True)
+    next(early)
+    early.close()
+    for (x, y), (x2, y2) in zip(in_thread, batches(True), strict=True):
+        np.testing.assert_array_equal(x, x2)
+        np.testing.assert_array_equal(y, y2)
+    bad = tmp_path / "bad.tfrecord"
+    with tf.io.TFRecordWriter(str(bad)) as w:
+        w.write(b"not an example")
+    with pytest.raises(DataError, match="not a tf.train.Example"):
+        list(imagenet_gpu.train_batches([str(bad)], decoder, seed=2, epoch=1, rank=0, batch_size=4, num_batches=1,
+                                        image_size=24, plan_in_process=True))
 
 
 def test_choose_pipeline(monkeypatch):

@@ -19,6 +19,7 @@ RandomHorizontalFlip, ColorJitter and Encoder), split where each part is cheap:
    arithmetic, tf.image.adjust_hue's HSV shift), and the targets (`encode`: every default box takes the
    ground-truth box it overlaps most, each box claims its best default box, offsets against the default boxes).
    Ground truth is padded to a power of two of boxes per batch, so a handful of shapes compile.
+Steps 1-2 run in a worker process where the decoder is the GPU's (inputs/worker_process), in a thread otherwise.
 Evaluation: the whole image resized to 300x300, image id, height and width (ssd.ssd_eval_dataset), the last batch
 padded with zero images of id -1.
 
@@ -35,7 +36,7 @@ from typing import Iterator
 
 import numpy as np
 
-from mlperf_keras.inputs import default_boxes, image_geometry, record_reader, record_streams
+from mlperf_keras.inputs import default_boxes, image_geometry, record_reader, record_streams, worker_process
 from mlperf_keras.inputs.jpeg_batches import BatchGeometry, bilinear_from_canvas, resize_from_canvas, to_uint8
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.inputs.ssd_augmentation import COLOR_JITTER, CROP_MAX_IOU, CROP_MIN_IOU, check_max_samples
@@ -365,27 +366,40 @@ class TrainPlan:
 def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                   max_samples: int = 1, shuffle_buffer: int = 4096, skip_crowd: bool = False,
                   spec: default_boxes.DefaultBoxSpec = default_boxes.SSD300, max_rounds: int = 50,
-                  cycle_length: int = 10, prefetch: int = 2) -> Iterator:
+                  cycle_length: int = 10, prefetch: int = 2, plan_in_process: bool | None = None) -> Iterator:
     """Exactly num_batches (images uint8 [B, S, S, 3], (offsets float32 [B, D, 4], labels int32 [B, D])) of one
-    worker's epoch, as JAX arrays (ssd.ssd_train_dataset's batches)."""
-    check_max_samples(max_samples)
-    examples = record_streams.epoch_stream(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
-                                           shuffle_buffer=shuffle_buffer, cycle_length=cycle_length,
-                                           parse=functools.partial(trainable, skip_crowd=skip_crowd))
+    worker's epoch, as JAX arrays (ssd.ssd_train_dataset's batches).
 
-    def plan():
-        for index in range(num_batches):
-            chunk = [next(examples) for _ in range(batch_size)]
-            rng = np.random.default_rng([int(seed), int(epoch), int(rank), index, 0x55D])
-            yield TrainPlan(chunk, rng, size=spec.fig_size, max_samples=max_samples, max_rounds=max_rounds)
+    plan_in_process: read and plan the batches in a worker process (inputs/worker_process); None: where the decoder
+    is the GPU's (the host half is then what limits the rate)."""
+    check_max_samples(max_samples)
+    plan = dict(paths=paths, seed=seed, epoch=epoch, rank=rank, batch_size=batch_size, num_batches=num_batches,
+                max_samples=max_samples, shuffle_buffer=shuffle_buffer, skip_crowd=skip_crowd, size=spec.fig_size,
+                max_rounds=max_rounds, cycle_length=cycle_length)
+    if plan_in_process is None:
+        plan_in_process = decoder.name == "gpu"
+    plans = (worker_process.stream(_train_plans, plan, prefetch) if plan_in_process
+             else record_streams.prefetched(_train_plans(**plan), prefetch, "ssd-input"))
 
     def decode():
-        for p in record_streams.prefetched(plan(), prefetch, "ssd-input"):
+        for p in plans:
             canvas = decoder.canvas(p.jpegs, p.geometry)
             yield train_images_and_targets(canvas, p.geometry.taps(), p.factors, p.order, p.gt, p.gt_labels,
                                            p.gt_valid, spec=spec)
 
     return record_streams.prefetched(decode(), prefetch, "ssd-input")
+
+
+def _train_plans(paths, *, seed, epoch, rank, batch_size, num_batches, max_samples, shuffle_buffer, skip_crowd, size,
+                 max_rounds, cycle_length) -> Iterator:
+    """A TrainPlan for each of the epoch's num_batches batches: the host half of train_batches."""
+    examples = record_streams.epoch_stream(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
+                                           shuffle_buffer=shuffle_buffer, cycle_length=cycle_length,
+                                           parse=functools.partial(trainable, skip_crowd=skip_crowd))
+    for index in range(num_batches):
+        chunk = [next(examples) for _ in range(batch_size)]
+        rng = np.random.default_rng([int(seed), int(epoch), int(rank), index, 0x55D])
+        yield TrainPlan(chunk, rng, size=size, max_samples=max_samples, max_rounds=max_rounds)
 
 
 def eval_batches(paths: list[str], decoder, *, batch_size: int, skip_empty: bool = True, size: int = 300,
