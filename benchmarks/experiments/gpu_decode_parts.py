@@ -1,0 +1,93 @@
+"""Where ResNet's and SSD's GPU input batches spend their time, on prepared records (a device investigation):
+nvImageCodec's region decodes of one batch's crop windows alone, per backend; the whole canvas (decodes and copies,
+inputs/jpeg_batches.GpuDecoder); the jitted resize; host CPU per batch for each.
+
+    python benchmarks/experiments/gpu_decode_parts.py --data_dir=.cache/realdata/imagenet [--backend=HW_GPU_ONLY]
+    python benchmarks/experiments/gpu_decode_parts.py --model=ssd --data_dir=.cache/realdata/coco --batch_size=128
+
+One backend per process (a second nvImageCodec decoder in one process has crashed on an H100). Prints one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import time
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data_dir", required=True)
+    parser.add_argument("--model", default="resnet", choices=["resnet", "ssd"])
+    parser.add_argument("--backend", default="default", help="default, HW_GPU_ONLY, HYBRID_CPU_GPU or GPU_ONLY")
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--batches", type=int, default=12)
+    args = parser.parse_args()
+
+    import cupy as cp
+    import jax
+    from nvidia import nvimgcodec as nv
+
+    from mlperf_keras.inputs import image_geometry, imagenet_gpu, jpeg_batches, ssd_jax
+
+    paths = sorted(glob.glob(os.path.join(args.data_dir, "train-*")))
+    common = dict(seed=1, epoch=0, rank=0, batch_size=args.batch_size, num_batches=args.batches, cycle_length=10)
+    if args.model == "resnet":
+        plans = list(imagenet_gpu._train_plans(paths, image_size=224, crop=image_geometry.CropParams(),
+                                               shuffle_buffer=10_000, label_offset=0, **common))
+    else:
+        plans = [(p.jpegs, p.geometry) for p in ssd_jax._train_plans(
+            paths, max_samples=1, shuffle_buffer=4096, skip_crowd=False, size=300, max_rounds=50, **common)]
+    result = {"model": args.model, "backend": args.backend, "batch_size": args.batch_size, "batches": args.batches,
+              "mean_jpeg_kb": sum(len(j) for p in plans for j in p[0]) / (1024 * len(plans) * args.batch_size),
+              "device": str(jax.devices()[0])}
+
+    def timed(fn, label):
+        for p in plans[:2]:
+            fn(p)
+        cpu, start = time.process_time(), time.perf_counter()
+        for p in plans[2:]:
+            fn(p)
+        wall = time.perf_counter() - start
+        images = (len(plans) - 2) * args.batch_size
+        result[f"{label}_images_per_s"] = images / wall
+        result[f"{label}_host_cpu_ms_per_batch"] = 1e3 * (time.process_time() - cpu) / (len(plans) - 2)
+
+    if args.backend == "default":
+        decoder = jpeg_batches.make_decoder("gpu")
+        assert decoder.name == "gpu", jpeg_batches.gpu_decoder_missing()
+        nvdecoder, stream = jpeg_batches._gpu_decoder_state()
+    else:
+        nvdecoder = nv.Decoder(backends=[nv.Backend(getattr(nv.BackendKind, args.backend))])
+        stream = cp.cuda.Stream(non_blocking=True)
+
+    def streams_of(p):
+        return [nv.CodeStream(j).get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w)))
+                for j, (y, x, h, w) in zip(p[0], p[1].windows)]
+
+    def decode_only(p):
+        images = nvdecoder.decode(streams_of(p), cuda_stream=stream.ptr)
+        stream.synchronize()
+        assert all(i is not None for i in images)
+
+    timed(lambda p: streams_of(p), "code_streams_only")
+    timed(decode_only, "region_decode")
+    if args.backend == "default":
+        timed(lambda p: jax.block_until_ready(decoder.canvas(p[0], p[1])), "canvas")
+        canvases = [(decoder.canvas(p[0], p[1]), p[1]) for p in plans[:2]]
+
+        def resize(i):
+            canvas, geometry = canvases[i % 2]
+            jax.block_until_ready(jpeg_batches.resize_from_canvas(canvas, geometry.taps(), geometry.valid))
+
+        counter = iter(range(10**9))
+        timed(lambda p: resize(next(counter)), "resize")
+        timed(lambda p: jax.block_until_ready(jpeg_batches.resize_from_canvas(
+            decoder.canvas(p[0], p[1]), p[1].taps(), p[1].valid)), "canvas_and_resize")
+    print(json.dumps(result), flush=True)
+    stream.synchronize()
+
+
+if __name__ == "__main__":
+    main()
