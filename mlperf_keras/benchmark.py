@@ -20,7 +20,8 @@ Three numbers are measured in the same process:
 
 With --data_dir (prepared records) the batch above is the pipeline's first, and two more numbers follow:
   fed       the step fed by the workload's real input pipeline (the batches training would get, decoded and
-            augmented as they arrive), after an untimed pass over the same batches that compiles every shape;
+            augmented as they arrive), after every shape of the same batches was compiled (JAX: all at once, on
+            several threads) and an untimed pass over them;
   resident  the same batches copied to the device first, then stepped back to back: what the step does on
             exactly that mix of shapes. fed / resident is the share of the step the input pipeline keeps up with.
 Host CPU is the process's user + system time over the wall time (cores busy; threads included, and processes
@@ -186,7 +187,19 @@ def _singular(unit: str) -> str:
     return unit[:-1] if unit.endswith("s") else unit
 
 
-def measure_fed(step, source, count_samples, steps: int, warmup: int) -> dict:
+def precompile(step, batches, say=None) -> dict:
+    """Compile the step ahead for every distinct shape among batches (an iterable; one batch per shape is kept),
+    concurrently where the step can (steps._JaxTrainStep.precompile: the translation workloads' batches take a shape
+    per length bucket, and compiling those one after another took minutes); its precompile_* entries of the result,
+    none where the step compiles at its first call per shape (TensorFlow)."""
+    if not hasattr(step, "precompile"):
+        return {}
+    result = step.precompile(batches, say=say)
+    return {"precompile_shapes": result["compiled"], "precompile_threads": result["threads"],
+            "precompile_s": result["seconds"]}
+
+
+def measure_fed(step, source, count_samples, steps: int, warmup: int, say=None) -> dict:
     """The step fed by the input pipeline against the same batches resident on the device (see the module doc)."""
     import itertools
 
@@ -196,7 +209,10 @@ def measure_fed(step, source, count_samples, steps: int, warmup: int) -> dict:
             loss = step(x, y)
         return _block(loss)
 
-    run(itertools.islice(_stream(source), warmup + steps))   # compiles every shape these batches have
+    # The batches to come (the stream starts over the same way each time) compiled ahead, one per shape; then stepped
+    # through once, untimed (without precompile, the pass that compiles their shapes one after another).
+    compiled = precompile(step, itertools.islice(_stream(source), warmup + steps), say)
+    run(itertools.islice(_stream(source), warmup + steps))
     batches = _stream(source)
     run(itertools.islice(batches, warmup))
     cpu, start, samples, seen = _host_cpu_s(), time.perf_counter(), 0, []
@@ -211,7 +227,7 @@ def measure_fed(step, source, count_samples, steps: int, warmup: int) -> dict:
     start = time.perf_counter()
     run(resident)
     resident_s = time.perf_counter() - start
-    return {"fed_samples_per_s": samples / fed_s, "resident_samples_per_s": samples / resident_s,
+    return {**compiled, "fed_samples_per_s": samples / fed_s, "resident_samples_per_s": samples / resident_s,
             "fed_vs_resident": resident_s / fed_s, "fed_host_cores_busy": cpu / fed_s,
             "fed_host_cpu_ms_per_sample": 1e3 * cpu / samples, "fed_batches": steps}
 
@@ -344,7 +360,8 @@ def main(argv):
     if manifest is not None:
         try:
             result.update(measure_fed(step, source, lambda b: workload.samples_in_batch(b, config) * dist.world_size,
-                                      FLAGS.steps, FLAGS.warmup_steps))
+                                      FLAGS.steps, FLAGS.warmup_steps,
+                                      say=(lambda m: print(m, flush=True)) if dist.is_chief else None))
         except NonFiniteLoss as e:
             print(f"error: {e} while fed from the input pipeline, so no fed throughput is reported", file=sys.stderr)
             return EXIT_DIVERGED

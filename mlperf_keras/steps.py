@@ -109,6 +109,7 @@ class _JaxTrainStep:
         self._predict = wrap(predict)
         self._state = self._read_state()
         self._predict_state = self._predict_state_for = None
+        self._precompiled = set()   # the batch shapes precompile() compiled
 
     def _read_state(self):
         # Copies: the step donates its state buffers, and the Keras variables must stay readable until sync.
@@ -123,6 +124,45 @@ class _JaxTrainStep:
     def __call__(self, x, y):
         loss, self._state = self._step(self._state, *self.dist.shard_batch((x, y)))
         return loss
+
+    def precompile(self, batches, threads: int | None = None, say=None) -> dict:
+        """Compile the step ahead for every distinct (x, y) shape among `batches`, the compilations concurrently.
+
+        Only when and where compilation happens changes: each shape is traced and lowered here, in the calling thread
+        (Keras keeps its distribution, dtype policy and scopes per thread, so tracing elsewhere could trace another
+        computation), with the very arguments a call passes (this step's state, the batch as shard_batch gives it), and
+        XLA compiles the lowered modules on `threads` threads (it releases the GIL), tracing the next shape meanwhile.
+        jax.jit keeps an ahead-of-time compilation in the cache its calls look in, so a later step(x, y) of a
+        precompiled shape runs that executable without compiling again (tests/test_precompile.py pins it).
+        Returns {"shapes": distinct shapes, "compiled": newly compiled, "threads", "seconds"}; say(str) gets progress.
+        """
+        import concurrent.futures
+        import os
+        import time
+
+        started = time.perf_counter()
+        pending, seen = [], self._precompiled
+        if not hasattr(self._step, "lower"):   # jit_compile=False: nothing is compiled
+            return {"shapes": 0, "compiled": 0, "threads": 0, "seconds": 0.0}
+        for x, y in batches:
+            key = _shape_key((x, y))
+            if key not in seen:
+                seen.add(key)
+                pending.append((x, y))
+        threads = max(1, min(len(pending), threads or min(MAX_COMPILE_THREADS, os.cpu_count() or 1))) if pending \
+            else 0
+        if say and pending:
+            say(f"compiling {len(pending)} batch shapes on {threads} threads...")
+        if pending:
+            with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="compile") as pool:
+                futures = [pool.submit(self._step.lower(self._state, *self.dist.shard_batch(batch)).compile)
+                           for batch in pending]
+                for future in futures:
+                    future.result()
+        seconds = time.perf_counter() - started
+        if say and pending:
+            say(f"compiled {len(pending)} batch shapes in {seconds:.1f} s")
+        return {"shapes": len(seen), "compiled": len(pending), "threads": threads, "seconds": seconds}
 
     def to_device(self, batch):
         """Copy a host batch to the accelerator(s) once, already split over the devices."""
@@ -154,6 +194,19 @@ class _JaxTrainStep:
     def reload_from_model(self):
         """Take the Keras variables' values as the step's state again (after a checkpoint was restored into them)."""
         self._state = self._read_state()
+
+
+# precompile()'s default threads: at most the host's cores, and at most this many, since every compilation in flight
+# holds its module in host memory (a big model's can take gigabytes).
+MAX_COMPILE_THREADS = 8
+
+
+def _shape_key(batch) -> tuple:
+    """What a compiled step is specific to in a batch: its structure and each array's shape and dtype."""
+    import jax
+
+    leaves, treedef = jax.tree_util.tree_flatten(batch)
+    return treedef, tuple((tuple(np.shape(a)), str(getattr(a, "dtype", None) or np.asarray(a).dtype)) for a in leaves)
 
 
 def accelerator_present() -> bool:
