@@ -187,3 +187,74 @@ def test_the_workload_uses_stock_random_numbers_unless_open():
 
     assert device_random(types.SimpleNamespace(closed_division=True)) == "stock"
     assert device_random(types.SimpleNamespace(closed_division=False)) == "hash"
+
+
+def _batches_digest(sampler, epochs=3, batch=512, steps=15) -> str:
+    """sha256 (16 hex digits) of every batch batches() hands out for epochs 0..epochs-1, read in order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for epoch in range(epochs):
+        for (users, items), labels in sampler.batches(epoch, batch, steps):
+            for a in (users, items, labels):
+                digest.update(np.ascontiguousarray(np.asarray(a)).tobytes())
+    return digest.hexdigest()[:16]
+
+
+# The batches of make_positives(), seed 7, rank 1, epochs 0-2, batch 512 x 15 steps, as inputs/ncf_device.py gave them
+# at commit 540f436, before batches() could overlap (not wait for the device, build the next epoch ahead): the closed
+# division's streams must not change with how the epoch is handed out. A new JAX or TensorFlow whose stock generators
+# give other bits changes them too; then check that the change is theirs before updating these.
+PINNED_BATCHES = {("tensorflow", "stock"): "3af2b92b989586c7", ("jax", "stock"): "fd0cf5fbddf244d0",
+                  ("jax", "hash"): "a465841fbed76793"}
+
+
+def test_batches_are_the_same_with_and_without_overlap_and_as_before():
+    import keras
+
+    def sampler(overlap):
+        return DeviceTrainSampler(make_positives(), 200, 4, seed=7, rank=1, overlap=overlap)
+
+    ahead = sampler(True)
+    digest = _batches_digest(ahead)
+    assert digest == _batches_digest(sampler(False))
+    assert ahead._ahead is not None and ahead._ahead[0] == (3, 512, 15)   # epoch 3 was dispatched during epoch 2
+    expected = PINNED_BATCHES.get((keras.backend.backend(), "stock"))
+    if expected:
+        assert digest == expected
+    # epoch_batches (which waits) and batches() give the same epoch, in or out of order.
+    users, items, labels, _ = ahead.epoch_batches(1, 512, 15)
+    handed = list(ahead.batches(1, 512, 15))
+    np.testing.assert_array_equal(np.asarray(users), np.stack([np.asarray(x[0]) for x, _ in handed]))
+    np.testing.assert_array_equal(np.asarray(items), np.stack([np.asarray(x[1]) for x, _ in handed]))
+    np.testing.assert_array_equal(np.asarray(labels), np.stack([np.asarray(y) for _, y in handed]))
+
+
+def test_batches_raise_when_a_user_rated_every_item():
+    for overlap in (True, False):
+        sampler = DeviceTrainSampler(np.array([(0, i) for i in range(10)], np.int32), 10, 4, seed=0, overlap=overlap)
+        with pytest.raises(DataError, match="rated .*all 10 items"):
+            list(sampler.batches(0, 16, 4))
+
+
+JAX_BATCHES = """
+import json, sys
+sys.path.insert(0, {root!r})
+from mlperf_keras.inputs.ncf_device import DeviceTrainSampler
+from tests.test_ncf_device_input import _batches_digest
+from tests.test_ncf_input import make_positives
+print(json.dumps({{f"{{random}}/{{overlap}}": _batches_digest(DeviceTrainSampler(
+    make_positives(), 200, 4, seed=7, rank=1, random=random, overlap=overlap))
+    for random in ("stock", "hash") for overlap in (True, False)}}))
+"""
+
+
+def test_jax_batches_are_the_same_with_and_without_overlap_and_as_before():
+    """JAX, where batches() never waits: the same batches as before the change, with and without the overlap."""
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", JAX_BATCHES.format(root=ROOT)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    digests = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert digests == {f"{random}/{overlap}": PINNED_BATCHES[("jax", random)]
+                       for random in ("stock", "hash") for overlap in (True, False)}

@@ -86,10 +86,21 @@ def _sort_key(counters, key0, key1):
 class DeviceTrainSampler:
     """inputs/ncf.TrainSampler's epoch computed on the device: the same constructor arguments (less `threads`, plus
     `random`: "stock" or "hash", see the module docstring), and batches() yields ((users, items), labels) as device
-    tensors instead of NumPy arrays."""
+    tensors instead of NumPy arrays.
+
+    The compiled epoch function returns each step's batch as its own array (no slicing op per batch). With
+    `overlap` (the default where an accelerator is present) batches() never waits for the device: the check that
+    every negative found an unrated item is read after the epoch's last batch is handed out (it then waits for the
+    epoch's build only, never for the training steps queued behind it), and the next epoch's build is dispatched as
+    soon as this epoch's second batch is asked for, so it is computed behind this epoch's first step and a consumer
+    that waits for the device at the end of an epoch (an evaluation, a benchmark) finds the next epoch ready. It
+    holds one more epoch on the device (12 bytes a sample). Without it (the CPU: its "device" is the host's own
+    cores, so nothing is gained, and XLA's CPU collectives can stall while a build runs beside a step that
+    all-reduces over several CPU devices) each epoch is built and checked before its first batch. The samples are
+    the same either way: each epoch is a function of (seed, epoch, rank) only."""
 
     def __init__(self, positives: np.ndarray, num_items: int, negatives: int, seed: int, rank: int = 0,
-                 random: str = "stock"):
+                 random: str = "stock", overlap: bool | None = None):
         from keras import ops
 
         if random not in RANDOM_SOURCES:
@@ -111,6 +122,12 @@ class DeviceTrainSampler:
         self.num_items, self.negatives, self.seed, self.rank = num_items, negatives, seed, rank
         self._device = [ops.convert_to_tensor(a) for a in (users, items, block_start, block_end)]
         self._compiled = {}
+        if overlap is None:
+            from mlperf_keras.steps import accelerator_present
+
+            overlap = accelerator_present()
+        self.overlap = overlap
+        self._ahead = None   # ((epoch, batch, steps), outputs): the next epoch, dispatched while this one trains
 
     @property
     def samples_per_epoch(self) -> int:
@@ -173,25 +190,55 @@ class DeviceTrainSampler:
             order = ops.take(order, ops.mod(position, total))
             all_users = ops.concatenate([users, neg_users])
             all_items = ops.concatenate([items, neg_items])
-            shape = (steps, batch)
-            return (ops.reshape(ops.take(all_users, order), shape), ops.reshape(ops.take(all_items, order), shape),
-                    ops.reshape(ops.where(ops.less(position, total), ops.cast(ops.less(order, positives), "float32"),
-                                          PAD_LABEL), shape),
-                    ops.sum(ops.cast(rated, "int32")), rounds)
+            labels = ops.where(ops.less(position, total), ops.cast(ops.less(order, positives), "float32"), PAD_LABEL)
+            columns = (ops.take(all_users, order), ops.take(all_items, order), labels)
+            # One array per step and column, so handing out a batch is no device op of its own.
+            per_step = tuple(tuple(column[step * batch:(step + 1) * batch] for column in columns)
+                             for step in range(steps))
+            return per_step, ops.sum(ops.cast(rated, "int32")), rounds
 
         return compile_function(epoch)
 
-    def epoch_batches(self, epoch: int, batch: int, steps: int):
-        """(users, items, labels) of shape (steps, batch) on the device, and the redraw rounds it took."""
+    def _dispatch(self, epoch: int, batch: int, steps: int):
+        """The compiled epoch's outputs (per-step (users, items, labels), unresolved count, rounds), not waited for:
+        on JAX the call returns once the work is queued on the device."""
         if (steps, batch) not in self._compiled:
             self._compiled[(steps, batch)] = self._build(steps, batch)
-        users, items, labels, unresolved, rounds = self._compiled[(steps, batch)](*self._device, self._keys(epoch))
+        outputs = self._compiled[(steps, batch)](*self._device, self._keys(epoch))
+        copy = getattr(outputs[1], "copy_to_host_async", None)   # jax.Array: start the 4-byte copy now
+        if copy is not None:
+            copy()
+        return outputs
+
+    def _outputs(self, epoch: int, batch: int, steps: int):
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == (epoch, batch, steps):
+            return ahead[1]
+        return self._dispatch(epoch, batch, steps)
+
+    def _check(self, unresolved) -> None:
         if int(unresolved):
             raise DataError(f"{int(unresolved)} negatives found no unrated item in {MAX_ROUNDS} draws: a user has "
                             f"rated (nearly) all {self.num_items} items")
+
+    def epoch_batches(self, epoch: int, batch: int, steps: int):
+        """(users, items, labels) of shape (steps, batch) on the device, and the redraw rounds it took (waits for
+        the device: for tests and benchmarks; training reads batches())."""
+        from keras import ops
+
+        per_step, unresolved, rounds = self._outputs(epoch, batch, steps)
+        self._check(unresolved)
+        users, items, labels = (ops.stack([b[column] for b in per_step]) for column in range(3))
         return users, items, labels, int(rounds)
 
     def batches(self, epoch: int, batch_size: int, steps: int):
-        users, items, labels, _ = self.epoch_batches(epoch, batch_size, steps)
-        for step in range(steps):
-            yield (users[step], items[step]), labels[step]
+        per_step, unresolved, _ = self._outputs(epoch, batch_size, steps)
+        if not self.overlap:
+            self._check(unresolved)
+        for step, (users, items, labels) in enumerate(per_step):
+            yield (users, items), labels
+            if step == 0 and self.overlap:
+                # The consumer has queued this epoch's first step: the next epoch's build queues behind it.
+                self._ahead = ((epoch + 1, batch_size, steps), self._dispatch(epoch + 1, batch_size, steps))
+        # Every batch is handed out (and queued for training): waiting for the build's count now costs nothing.
+        self._check(unresolved)
