@@ -37,7 +37,7 @@ def main():
         plans = list(imagenet_gpu._train_plans(paths, image_size=224, crop=image_geometry.CropParams(),
                                                shuffle_buffer=10_000, label_offset=0, **common))
     else:
-        plans = [(p.jpegs, p.geometry) for p in ssd_jax._train_plans(
+        plans = [(p.jpegs, p.geometry, p) for p in ssd_jax._train_plans(
             paths, max_samples=1, shuffle_buffer=4096, skip_crowd=False, size=300, max_rounds=50, **common)]
     result = {"model": args.model, "backend": args.backend, "batch_size": args.batch_size, "batches": args.batches,
               "mean_jpeg_kb": sum(len(j) for p in plans for j in p[0]) / (1024 * len(plans) * args.batch_size),
@@ -85,6 +85,15 @@ def main():
         timed(lambda p: resize(next(counter)), "resize")
         timed(lambda p: jax.block_until_ready(jpeg_batches.resize_from_canvas(
             decoder.canvas(p[0], p[1]), p[1].taps(), p[1].valid)), "canvas_and_resize")
+        if args.model == "ssd":   # the GPU half of SSD's batch on a decoded canvas: resize, jitter, targets
+            def augment(i):
+                canvas, geometry = canvases[i % 2]
+                t = plans[i % 2][2]
+                jax.block_until_ready(ssd_jax.train_images_and_targets(
+                    canvas, geometry.taps(), t.factors, t.order, t.gt, t.gt_labels, t.gt_valid))
+
+            counter = iter(range(10**9))
+            timed(lambda p: augment(next(counter)), "resize_jitter_targets")
     print(json.dumps(result), flush=True)
     stream.synchronize()
 

@@ -101,7 +101,7 @@ def _train_plans(paths, *, seed, epoch, rank, batch_size, num_batches, image_siz
         sizes = np.array([image_geometry.jpeg_size(j) for j in jpegs], np.int64)
         rng = np.random.default_rng([int(seed), int(epoch), int(rank), index])
         geometry, _ = train_geometry(sizes, rng, image_size, crop)
-        yield list(jpegs), geometry, np.array(labels, np.int32)
+        yield worker_process.Blobs(jpegs), geometry, np.array(labels, np.int32)
 
 
 def _decoded(plans: Iterator, decoder, prefetch: int) -> Iterator:

@@ -243,13 +243,13 @@ def jitter(x, factors, order):
 
     for i in range(4):
         gray = _grayscale(x)
-        options = jnp.stack([
-            blend(jnp.zeros_like(x), x, 0),
-            blend(jnp.round(jnp.mean(gray, axis=(1, 2, 3), keepdims=True)), x, 1),
-            blend(gray, x, 2),
-            jnp.clip(adjust_hue(x, factors[:, 3]), 0.0, 255.0),
-        ])
-        x = jnp.take_along_axis(options, order[None, :, i, None, None, None], axis=0)[0]
+        step = order[:, i, None, None, None]
+        # per image the adjustment its order puts here, chosen element by element: where-selects fuse into one
+        # pass over the batch (a stack of the four results, then a gather, wrote all four out first)
+        x = jnp.where(step == 0, blend(jnp.zeros_like(x), x, 0),
+                      jnp.where(step == 1, blend(jnp.round(jnp.mean(gray, axis=(1, 2, 3), keepdims=True)), x, 1),
+                                jnp.where(step == 2, blend(gray, x, 2),
+                                          jnp.clip(adjust_hue(x, factors[:, 3]), 0.0, 255.0))))
     return x
 
 
@@ -356,7 +356,7 @@ class TrainPlan:
         self.gt_valid = np.zeros((n, g), bool)
         self.gt[image, slot], self.gt_labels[image, slot], self.gt_valid[image, slot] = (
             cropped[image, box], labels[image, box], True)
-        self.jpegs = [e["jpeg"] for e in examples]
+        self.jpegs = worker_process.Blobs(e["jpeg"] for e in examples)
         sizes = np.array([image_geometry.jpeg_size(j) for j in self.jpegs], np.int64).reshape(n, 2)
         pixels = pixel_windows(windows, sizes[:, 0], sizes[:, 1])
         rows, cols = image_geometry.train_geometry(pixels, flips, size)

@@ -30,9 +30,82 @@ _lock = threading.Lock()
 _job_ids = itertools.count()
 
 
+# ---- byte strings through shared memory ----
+
+_SHM_DIR = "/dev/shm"
+_shm_names = itertools.count()
+_shm_prefix: list = []   # set in the worker: its files' name prefix (the parent's pid in it)
+
+
+class Blobs(list):
+    """A list of byte strings (a batch's JPEGs) that a worker sends through a shared-memory file rather than the pipe:
+    through a pipe 17 MB of JPEGs a batch cost the H100 machine 0.11 CPU-ms an image, 40% of the pipeline. The parent
+    gets read-only uint8 NumPy views of one mapping, which the file's name no longer holds (unlinked on arrival), so
+    the memory goes when the last view does. Where /dev/shm is missing or full they travel by the pipe, as bytes.
+    Anywhere else (the plan in a thread) a plain list."""
+
+    def __reduce_ex__(self, protocol):
+        if _shm_prefix:
+            try:
+                return _attach, _write_shared(list(self))
+            except OSError:
+                pass
+        return Blobs, (list(self),)
+
+
+def _write_shared(items: list) -> tuple:
+    lengths = [len(b) for b in items]
+    if not sum(lengths):
+        raise OSError("nothing to share")
+    path = os.path.join(_SHM_DIR, f"{_shm_prefix[0]}-{next(_shm_names)}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb", buffering=0) as f:
+            for b in items:
+                view = memoryview(b)
+                while view:
+                    view = view[f.write(view):]
+    except OSError:
+        os.unlink(path)
+        raise
+    return path, lengths
+
+
+def _attach(path: str, lengths: list) -> Blobs:
+    import mmap
+
+    import numpy as np
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mapped = mmap.mmap(fd, sum(lengths), access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    whole = np.frombuffer(mapped, np.uint8)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    return Blobs(whole[lo:hi] for lo, hi in zip(offsets[:-1], offsets[1:]))
+
+
+def _remove_leftovers(parent: int):
+    """Shared files of items a worker sent that never arrived (the parent stopped first)."""
+    import glob
+
+    for path in glob.glob(os.path.join(_SHM_DIR, f"mlperf-input-{parent}-*")):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+# ---- the worker ----
+
 def _serve(jobs, results, cancel, parent: int):
     """The worker's loop: each job is (id, make, kwargs); every item of make(**kwargs) is sent as (id, "item", x),
     then (id, "done", None), or (id, "error", exception). Stops when the parent is gone or sends None."""
+
+    if os.path.isdir(_SHM_DIR):
+        _shm_prefix.append(f"mlperf-input-{parent}-{os.getpid()}")
 
     def send(message) -> bool:
         while not cancel.is_set():
@@ -123,6 +196,8 @@ class _Worker:
 def _stop_all():
     for worker in _all:
         worker.stop()
+    if _all:
+        _remove_leftovers(os.getpid())
 
 
 atexit.register(_stop_all)
@@ -169,4 +244,4 @@ def stream(make: Callable[..., Iterator], kwargs: dict, depth: int = 2) -> Itera
                 _idle.append(worker)
 
 
-__all__ = ["stream"]
+__all__ = ["Blobs", "stream"]
