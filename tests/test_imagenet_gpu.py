@@ -200,32 +200,34 @@ def test_train_and_eval_batches_shapes_dtypes_and_padding(prepared):
     assert diff.mean() < 1.5
 
 
-def test_batches_planned_in_a_worker_process_are_the_threads_ones(prepared, tmp_path):
-    """plan_in_process=True (reading and planning in inputs/worker_process) gives the batches of the in-thread plan;
-    a stream closed early leaves the worker to the next one; a bad record's DataError reaches the caller."""
+def test_batches_planned_in_worker_processes_are_the_threads_ones(prepared, tmp_path):
+    """plan_workers=1 and 3 (reading and planning in inputs/worker_process, 3 taking every third batch) give the
+    batches of the in-thread plan; a stream closed early leaves its workers to the next one; a bad record's
+    DataError reaches the caller."""
     data_dir, manifest = prepared
     decoder = jpeg_batches.HostDecoder(2)
     paths = worker_files(data_dir, manifest, "train", 0, 1)
 
-    def batches(in_process, num_batches=3):
+    def batches(workers, num_batches=4):
         return [(np.asarray(x), y) for x, y in imagenet_gpu.train_batches(
             paths, decoder, seed=2, epoch=1, rank=0, batch_size=4, num_batches=num_batches, image_size=24,
-            shuffle_buffer=16, plan_in_process=in_process)]
+            shuffle_buffer=16, plan_workers=workers)]
 
-    in_thread = batches(False)
+    in_thread = batches(0)
     early = imagenet_gpu.train_batches(paths, decoder, seed=2, epoch=1, rank=0, batch_size=4, num_batches=8,
-                                       image_size=24, shuffle_buffer=16, plan_in_process=True)
+                                       image_size=24, shuffle_buffer=16, plan_workers=3)
     next(early)
     early.close()
-    for (x, y), (x2, y2) in zip(in_thread, batches(True), strict=True):
-        np.testing.assert_array_equal(x, x2)
-        np.testing.assert_array_equal(y, y2)
+    for workers in (1, 3):
+        for (x, y), (x2, y2) in zip(in_thread, batches(workers), strict=True):
+            np.testing.assert_array_equal(x, x2)
+            np.testing.assert_array_equal(y, y2)
     bad = tmp_path / "bad.tfrecord"
     with tf.io.TFRecordWriter(str(bad)) as w:
         w.write(b"not an example")
     with pytest.raises(DataError, match="not a tf.train.Example"):
         list(imagenet_gpu.train_batches([str(bad)], decoder, seed=2, epoch=1, rank=0, batch_size=4, num_batches=1,
-                                        image_size=24, plan_in_process=True))
+                                        image_size=24, plan_workers=1))
 
 
 def test_choose_pipeline(monkeypatch):

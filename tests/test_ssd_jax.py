@@ -249,10 +249,10 @@ def test_train_batches_serve_every_image_once_per_epoch_with_synthetic_shapes(pr
     first = next(iter(ssd_jax.train_batches(train, decoder, seed=1, epoch=0, rank=0, batch_size=8, num_batches=1,
                                             shuffle_buffer=8)))
     np.testing.assert_array_equal(np.asarray(first[0]), np.asarray(ids[0][0][0]))
-    # planned in a worker process (the GPU decoder's default): the same batches
+    # planned in two worker processes, each taking every other batch: the same batches
     for (x, (o, lab)), (x2, (o2, lab2)) in zip(ids[1], ssd_jax.train_batches(
             train, decoder, seed=1, epoch=1, rank=0, batch_size=8, num_batches=3, shuffle_buffer=8,
-            plan_in_process=True), strict=True):
+            plan_workers=2), strict=True):
         for a, b in ((x, x2), (o, o2), (lab, lab2)):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert not np.array_equal(np.asarray(ids[0][0][0]), np.asarray(ids[1][0][0]))

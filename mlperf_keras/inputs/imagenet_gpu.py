@@ -18,8 +18,8 @@ Per batch:
    every output pixel and interpolates in float32, as TF's legacy bilinear kernel does, then rounds to uint8:
    resize, flip (folded into the column taps) and the closed path's rounding. Normalisation stays the model's
    first layer (layers/resnet.Normalize), as on the tf.data path.
-Steps 1-2 run in a worker process where the decoder is the GPU's (inputs/worker_process: the parent's interpreter
-stays free for the step's dispatch and the decoder's calls), in a thread otherwise.
+Steps 1-2 run in a thread, or (hparam input_workers) in worker processes (inputs/worker_process), each planning
+every N-th batch.
 Eval: the closed path's resize of the shorter side to eval_resize and centre crop, decoding the region the crop's
 taps read.
 
@@ -76,28 +76,30 @@ def eval_geometry(sizes: np.ndarray, image_size: int, resize_min: int, valid: np
 def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                   image_size: int, crop: image_geometry.CropParams = image_geometry.CropParams(),
                   shuffle_buffer: int = 10_000, label_offset: int = 0, cycle_length: int = 10,
-                  prefetch: int = 2, plan_in_process: bool | None = None) -> Iterator:
+                  prefetch: int = 2, plan_workers: int = 0) -> Iterator:
     """Exactly num_batches (uint8 images [B, S, S, 3] as a JAX array, int32 labels [B]) of one worker's epoch.
 
-    plan_in_process: read and plan the batches in a worker process (inputs/worker_process); None: where the decoder
-    is the GPU's (the host half is then what limits the rate)."""
+    plan_workers: 0 reads and plans the batches in a thread; N > 0 in N worker processes (inputs/worker_process),
+    each reading the whole stream and planning every N-th batch: the same batches."""
     plan = dict(paths=paths, seed=seed, epoch=epoch, rank=rank, batch_size=batch_size, num_batches=num_batches,
                 image_size=image_size, crop=crop, shuffle_buffer=shuffle_buffer, label_offset=label_offset,
                 cycle_length=cycle_length)
-    if plan_in_process is None:
-        plan_in_process = decoder.name == "gpu"
-    plans = (worker_process.stream(_train_plans, plan, prefetch) if plan_in_process
+    plans = (worker_process.stream(_train_plans, plan, prefetch, plan_workers) if plan_workers > 0
              else record_streams.prefetched(_train_plans(**plan), prefetch, "imagenet-input"))
     return _decoded(plans, decoder, prefetch)
 
 
 def _train_plans(paths, *, seed, epoch, rank, batch_size, num_batches, image_size, crop, shuffle_buffer,
-                 label_offset, cycle_length) -> Iterator:
-    """(jpegs, geometry, labels) of each of the epoch's num_batches batches: the host half of train_batches."""
+                 label_offset, cycle_length, shard=(0, 1)) -> Iterator:
+    """(jpegs, geometry, labels) of the epoch's batches i with i % shard[1] == shard[0] (all by default): the host
+    half of train_batches. Every record is read, to keep the order; only the shard's batches are parsed."""
     records = record_streams.epoch_stream(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
                                           shuffle_buffer=shuffle_buffer, cycle_length=cycle_length)
     for index in range(num_batches):
-        jpegs, labels = zip(*(_jpeg_and_label(next(records), label_offset) for _ in range(batch_size)))
+        chunk = [next(records) for _ in range(batch_size)]
+        if index % shard[1] != shard[0]:
+            continue
+        jpegs, labels = zip(*(_jpeg_and_label(r, label_offset) for r in chunk))
         sizes = np.array([image_geometry.jpeg_size(j) for j in jpegs], np.int64)
         rng = np.random.default_rng([int(seed), int(epoch), int(rank), index])
         geometry, _ = train_geometry(sizes, rng, image_size, crop)

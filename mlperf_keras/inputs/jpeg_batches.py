@@ -262,6 +262,16 @@ def check_pipeline(requested: str, backend: str) -> None:
                           f"the {backend} backend reads with tf.data")
 
 
+def check_input_workers(value) -> None:
+    """Refuses an input_workers value (the processes that read and plan ResNet's and SSD's JAX batches; 0: a thread)
+    that is not a count (ConfigError), at start-up."""
+    from mlperf_keras.config import ConfigError
+
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"input_workers={value!r}: expected 0 (read and plan batches in a thread) or a number of "
+                          f"worker processes")
+
+
 def choose_pipeline(requested: str) -> str:
     """tf.data, gpu or host for a workload's hparam input_pipeline (PIPELINES) on this backend and machine."""
     import keras
@@ -288,5 +298,5 @@ def choose_pipeline(requested: str) -> str:
 
 
 __all__ = ["BatchGeometry", "CanvasLayout", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas",
-           "check_pipeline", "choose_pipeline", "gpu_decoder_missing", "make_decoder", "resize_from_canvas",
+           "check_input_workers", "check_pipeline", "choose_pipeline", "gpu_decoder_missing", "make_decoder", "resize_from_canvas",
            "to_uint8"]

@@ -19,7 +19,8 @@ RandomHorizontalFlip, ColorJitter and Encoder), split where each part is cheap:
    arithmetic, tf.image.adjust_hue's HSV shift), and the targets (`encode`: every default box takes the
    ground-truth box it overlaps most, each box claims its best default box, offsets against the default boxes).
    Ground truth is padded to a power of two of boxes per batch, so a handful of shapes compile.
-Steps 1-2 run in a worker process where the decoder is the GPU's (inputs/worker_process), in a thread otherwise.
+Steps 1-2 run in a thread, or (hparam input_workers) in worker processes (inputs/worker_process), each planning
+every N-th batch.
 Evaluation: the whole image resized to 300x300, image id, height and width (ssd.ssd_eval_dataset), the last batch
 padded with zero images of id -1.
 
@@ -366,19 +367,17 @@ class TrainPlan:
 def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                   max_samples: int = 1, shuffle_buffer: int = 4096, skip_crowd: bool = False,
                   spec: default_boxes.DefaultBoxSpec = default_boxes.SSD300, max_rounds: int = 50,
-                  cycle_length: int = 10, prefetch: int = 2, plan_in_process: bool | None = None) -> Iterator:
+                  cycle_length: int = 10, prefetch: int = 2, plan_workers: int = 0) -> Iterator:
     """Exactly num_batches (images uint8 [B, S, S, 3], (offsets float32 [B, D, 4], labels int32 [B, D])) of one
     worker's epoch, as JAX arrays (ssd.ssd_train_dataset's batches).
 
-    plan_in_process: read and plan the batches in a worker process (inputs/worker_process); None: where the decoder
-    is the GPU's (the host half is then what limits the rate)."""
+    plan_workers: 0 reads and plans the batches in a thread; N > 0 in N worker processes (inputs/worker_process),
+    each reading the whole stream and planning every N-th batch: the same batches."""
     check_max_samples(max_samples)
     plan = dict(paths=paths, seed=seed, epoch=epoch, rank=rank, batch_size=batch_size, num_batches=num_batches,
                 max_samples=max_samples, shuffle_buffer=shuffle_buffer, skip_crowd=skip_crowd, size=spec.fig_size,
                 max_rounds=max_rounds, cycle_length=cycle_length)
-    if plan_in_process is None:
-        plan_in_process = decoder.name == "gpu"
-    plans = (worker_process.stream(_train_plans, plan, prefetch) if plan_in_process
+    plans = (worker_process.stream(_train_plans, plan, prefetch, plan_workers) if plan_workers > 0
              else record_streams.prefetched(_train_plans(**plan), prefetch, "ssd-input"))
 
     def decode():
@@ -391,15 +390,34 @@ def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int
 
 
 def _train_plans(paths, *, seed, epoch, rank, batch_size, num_batches, max_samples, shuffle_buffer, skip_crowd, size,
-                 max_rounds, cycle_length) -> Iterator:
-    """A TrainPlan for each of the epoch's num_batches batches: the host half of train_batches."""
+                 max_rounds, cycle_length, shard=(0, 1)) -> Iterator:
+    """A TrainPlan for each of the epoch's batches i with i % shard[1] == shard[0] (all by default): the host half of
+    train_batches. Every record's objects are counted (images without any are left out before the shuffle buffer);
+    only the shard's batches are parsed in full."""
     examples = record_streams.epoch_stream(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
                                            shuffle_buffer=shuffle_buffer, cycle_length=cycle_length,
-                                           parse=functools.partial(trainable, skip_crowd=skip_crowd))
+                                           parse=functools.partial(_with_objects, skip_crowd=skip_crowd))
     for index in range(num_batches):
         chunk = [next(examples) for _ in range(batch_size)]
+        if index % shard[1] != shard[0]:
+            continue
         rng = np.random.default_rng([int(seed), int(epoch), int(rank), index, 0x55D])
-        yield TrainPlan(chunk, rng, size=size, max_samples=max_samples, max_rounds=max_rounds)
+        yield TrainPlan([trainable(r, skip_crowd) for r in chunk], rng, size=size, max_samples=max_samples,
+                        max_rounds=max_rounds)
+
+
+_COUNT_KEYS = frozenset(["image/object/class/label", "image/object/is_crowd"])
+
+
+def _with_objects(serialized, skip_crowd: bool = False):
+    """The record where `trainable` keeps it (an object left after crowd objects are dropped), else None, from its
+    labels and crowd flags alone (a record whose fields are wrong is kept, for trainable to refuse)."""
+    ex = record_reader.parse_example(serialized, _COUNT_KEYS)
+    labels, crowd = ex.get("image/object/class/label"), ex.get("image/object/is_crowd")
+    if labels is None or crowd is None or len(labels) != len(crowd):
+        return serialized
+    kept = int(np.count_nonzero(np.asarray(crowd) == 0)) if skip_crowd else len(labels)
+    return serialized if kept else None
 
 
 def eval_batches(paths: list[str], decoder, *, batch_size: int, skip_empty: bool = True, size: int = 300,

@@ -203,9 +203,36 @@ def _stop_all():
 atexit.register(_stop_all)
 
 
-def stream(make: Callable[..., Iterator], kwargs: dict, depth: int = 2) -> Iterator:
-    """The items of make(**kwargs), built in a worker process (`make` a module-level generator function, its
-    arguments and items picklable). depth: the items the worker builds ahead (fixed when a worker starts)."""
+def stream(make: Callable[..., Iterator], kwargs: dict, depth: int = 2, workers: int = 1) -> Iterator:
+    """The items of make(**kwargs), built in worker processes (`make` a module-level generator function, its
+    arguments and items picklable), started at once. depth: the items each worker builds ahead (fixed when a worker
+    starts).
+
+    workers > 1: each worker k runs make(**kwargs, shard=(k, workers)), which must yield the items i with
+    i % workers == k of the whole sequence, in order; they are handed out in turn, so the sequence is the one-worker
+    sequence."""
+    if workers <= 1:
+        return _one(make, kwargs, depth)
+    return _in_turn([_one(make, {**kwargs, "shard": (k, workers)}, depth) for k in range(workers)])
+
+
+def _in_turn(streams: list) -> Iterator:
+    try:
+        while True:
+            for s in streams:
+                item = next(s, _END)
+                if item is _END:
+                    return
+                yield item
+    finally:
+        for s in streams:
+            s.close()
+
+
+_END = object()
+
+
+def _one(make, kwargs: dict, depth: int) -> Iterator:
     with _lock:
         worker = _idle.pop() if _idle else None
         if worker is None or not worker.process.is_alive():
@@ -213,8 +240,15 @@ def stream(make: Callable[..., Iterator], kwargs: dict, depth: int = 2) -> Itera
             _all.append(worker)
     job_id = next(_job_ids)
     worker.jobs.put((job_id, make, kwargs))
+    items = _items(worker, job_id)
+    next(items)   # into its try: closing it before its first item still cancels the job and frees the worker
+    return items
+
+
+def _items(worker: _Worker, job_id: int) -> Iterator:
     finished = False
     try:
+        yield None
         while True:
             got_id, kind, value = worker.get()
             if got_id != job_id:

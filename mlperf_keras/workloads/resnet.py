@@ -119,6 +119,9 @@ class ResNet50(Workload):
             # decoding where nvImageCodec or CuPy is missing); on JAX without one, tf.data (or host decoding
             # without TensorFlow). tf.data, gpu or host force one.
             "input_pipeline": "auto",
+            # JAX pipelines (gpu, host): 0 reads records and plans batches in a thread; N in N worker processes,
+            # each planning every N-th batch (the same batches)
+            "input_workers": 0,
             "crop_area": (0.05, 1.0),
             "crop_aspect": (0.75, 1.33),
             "crop_min_covered": 0.1,
@@ -175,6 +178,7 @@ class ResNet50(Workload):
 
         hp = config.hparams
         jpeg_batches.check_pipeline(hp["input_pipeline"], config.backend)   # refuses a bad value at start
+        jpeg_batches.check_input_workers(hp["input_workers"])
         if hp["optimizer"] not in ("sgd", "lars"):
             raise ConfigError(f"hyperparameter optimizer={hp['optimizer']!r}: expected sgd or lars")
         if hp["lr_schedule"] not in ("step", "poly"):
@@ -393,7 +397,7 @@ class _ImageNetTrainData(TrainData):
             self.paths, jpeg_batches.make_decoder(pipeline), seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
             image_size=hp["image_size"], crop=train_crop(hp), shuffle_buffer=hp["shuffle_buffer"],
-            label_offset=self.label_offset)
+            label_offset=self.label_offset, plan_workers=hp["input_workers"])
 
 
 def _count_top1(logits, labels) -> tuple[int, int]:

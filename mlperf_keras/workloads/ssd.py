@@ -113,6 +113,9 @@ class SSD(Workload):
             # to the default boxes there (inputs/ssd_jax; host decoding where nvImageCodec or CuPy is missing); on
             # JAX without one, tf.data (or host decoding without TensorFlow). tf.data, gpu or host force one.
             "input_pipeline": "auto",
+            # JAX pipelines (gpu, host): 0 reads records and plans batches in a thread; N in N worker processes,
+            # each planning every N-th batch (the same batches)
+            "input_workers": 0,
             "score_threshold": 0.05,       # evaluation: candidates per class above this score
             "nms_iou": 0.5,
             "max_detections": 200,
@@ -160,6 +163,7 @@ class SSD(Workload):
 
         hp = config.hparams
         jpeg_batches.check_pipeline(hp["input_pipeline"], config.backend)   # refuses a bad value at start
+        jpeg_batches.check_input_workers(hp["input_workers"])
         if hp["max_samples"] not in (1, 50):
             raise ConfigError(f"max_samples={hp['max_samples']}: the MLPerf rules allow 1 or 50")
         if hp["warmup_epochs"] <= 0:
@@ -305,7 +309,8 @@ class _CocoTrainData(TrainData):
         return ssd_jax.train_batches(
             self.paths, jpeg_batches.make_decoder(self.pipeline), seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
-            max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"])
+            max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"],
+            plan_workers=hp["input_workers"])
 
 
 class _CocoEvaluator(Evaluator):
