@@ -15,7 +15,8 @@
 #   bash benchmarks/gpu_suite.sh realdata  # 1 GPU: each of MODELS (default: all six) on prepared records
 #                                          # (benchmarks/real_format_data.py, in REALDATA=.cache/realdata): the step
 #                                          # fed by the input pipeline against the same batches resident on the
-#                                          # device, then the input pipeline alone (--input_only)
+#                                          # device, then the input pipeline alone (--input_only);
+#                                          # INPUT_WORKERS=N plans ResNet's and SSD's batches in N processes
 # TIMEOUT=S limits each run of ours to S seconds (a run past it prints FAILED and the suite goes on).
 # Each result is one JSON line appended to $OUT/results.jsonl.
 set -uo pipefail
@@ -135,8 +136,14 @@ case "${1:-}" in
       extra=()
       # From random weights at the reference's LR Mask R-CNN's loss turns NaN (see maskrcnn above).
       [ "$m" = maskrcnn ] && extra=(--hparams=learning_rate=0.0002)
-      ours "$m" 0 "${BATCH[$m]}" realdata_fed --data_dir="$REALDATA/${DATASET[$m]}" "${extra[@]}"
-      ours "$m" 0 "${BATCH[$m]}" realdata_input_only --data_dir="$REALDATA/${DATASET[$m]}" --input_only
+      # INPUT_WORKERS=N: ResNet and SSD plan their batches in N worker processes (hparam input_workers; 0: a thread)
+      io=()
+      if [ -n "${INPUT_WORKERS:-}" ] && { [ "$m" = resnet ] || [ "$m" = ssd ]; }; then
+        extra=(--hparams=input_workers="$INPUT_WORKERS"); io=("${extra[@]}")
+      fi
+      ours "$m" 0 "${BATCH[$m]}" realdata_fed${INPUT_WORKERS:+_w$INPUT_WORKERS} --data_dir="$REALDATA/${DATASET[$m]}" "${extra[@]}"
+      ours "$m" 0 "${BATCH[$m]}" realdata_input_only${INPUT_WORKERS:+_w$INPUT_WORKERS} --data_dir="$REALDATA/${DATASET[$m]}" \
+        --input_only "${io[@]}"
     done ;;
   *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|precision|transformer|gnmt|maskrcnn|realdata" >&2
      exit 2 ;;

@@ -138,3 +138,16 @@ def test_a_closed_rule_check_leaves_the_checkers_queue_as_it_was():
     assert not closed_rules.fails("resnet", "0.7.0", [("opt_name", "lars")], "opt_name")
     assert closed_rules.fails("resnet", "0.7.0", [("opt_name", "adam")], "opt_name")
     assert mlp_compliance.enqueued_configs == before
+
+
+def test_input_workers_is_closed_and_must_be_a_count():
+    """input_workers changes where batches are planned, not the batches: closed accepts it; a non-count is refused."""
+    from mlperf_keras.inputs import jpeg_batches
+
+    for model in ("resnet", "ssd"):
+        assert refusal(model, "0.7", "input_workers=3") is None
+    for count in (0, 3):
+        jpeg_batches.check_input_workers(count)
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match="input_workers="):
+            jpeg_batches.check_input_workers(bad)

@@ -280,7 +280,8 @@ def test_eval_batches_are_the_tf_data_paths(prepared):
 @pytest.mark.slow
 def test_ssd_trains_from_records_on_jax_without_tensorflow(tmp_path_factory, tmp_path):
     """input_pipeline=host: a short SSD run trains and evaluates on the JAX backend from data_prep.coco's records
-    (record_reader, PIL, the jitted resize, jitter and matching) and the process never imports TensorFlow."""
+    (record_reader, PIL, the jitted resize, jitter and matching; batches planned in two worker processes) and the
+    process never imports TensorFlow."""
     from tests.conftest import mllog_events, run_on_jax_without_tensorflow
 
     root = tmp_path_factory.mktemp("coco_run")
@@ -291,7 +292,8 @@ def test_ssd_trains_from_records_on_jax_without_tensorflow(tmp_path_factory, tmp
         "train", ["--model=ssd", "--backend=jax", f"--data_dir={root / 'out'}", f"--output_dir={tmp_path}",
                   "--seed=2", "--ruleset=0.7", "--max_epochs=1", "--batch_size=4", "--division=open",
                   "--backbone_weights=none",
-                  "--hparams=width=8,eval_epochs=1,decay_epochs=1-2,shuffle_buffer=8,input_pipeline=host"],
+                  "--hparams=width=8,eval_epochs=1,decay_epochs=1-2,shuffle_buffer=8,input_pipeline=host,"
+                  "input_workers=2"],
         tmp_path)
     summary = json.loads(lines[-1])
     assert check == {"exit": 5, "tensorflow_imported": False}, lines[-5:]
