@@ -71,7 +71,7 @@ def test_ssd_gpu_batch_matches_host_batch():
     by PIL, through the same jitted resize, colour jitter and box matching: the targets equal, pixels within the
     decoders' difference (jitter can stretch it: contrast and saturation scale differences up to 1.5x). Allowed: 4
     levels, mean 0.02."""
-    from mlperf_keras.inputs import ssd_jax
+    from mlperf_keras.inputs import ssd_jax, ssd_jax_augment
 
     rng = np.random.default_rng(5)
     examples = []
@@ -86,7 +86,7 @@ def test_ssd_gpu_batch_matches_host_batch():
     out = []
     for decoder in (jpeg_batches.GpuDecoder(), jpeg_batches.HostDecoder(4)):
         canvas = decoder.canvas(plan.jpegs, plan.geometry)
-        out.append(ssd_jax.train_images_and_targets(canvas, plan.geometry.taps(), plan.factors, plan.order, plan.gt,
+        out.append(ssd_jax_augment.train_images_and_targets(canvas, plan.geometry.taps(), plan.factors, plan.order, plan.gt,
                                                     plan.gt_labels, plan.gt_valid))
     (gpu_images, gpu_targets), (host_images, host_targets) = out
     for a, b in zip(gpu_targets, host_targets):

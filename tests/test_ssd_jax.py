@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from data_prep import coco, demo_coco
-from mlperf_keras.inputs import coco_records, image, jpeg_batches, record_reader, record_streams, records, ssd, ssd_jax
+from mlperf_keras.inputs import (coco_records, image, jpeg_batches, record_reader, record_streams, records, ssd, ssd_jax,
+                                 ssd_jax_augment)
 from mlperf_keras.inputs.manifest import DataError, read_manifest, worker_files
 from tests.test_box_pipeline import BLUE, RED, record, write
 
@@ -132,7 +133,7 @@ def test_pixel_window_is_decode_windows():
 
 
 def test_jitter_is_tensorflows_given_its_draws():
-    """ssd_jax.jitter (batched, JAX) against ssd.apply_jitter with ssd.jitter_draws' factors and order on float
+    """ssd_jax_augment.jitter (batched, JAX) against ssd.apply_jitter with ssd.jitter_draws' factors and order on float
     images in [0, 255], 16 images, every order position covered: float32 arithmetic in a different order (the hue
     kernel's), measured here at most 2e-3 of a level; allowed 0.02."""
     rng = np.random.default_rng(2)
@@ -145,7 +146,7 @@ def test_jitter_is_tensorflows_given_its_draws():
         factors.append(f.numpy())
         orders.append(o.numpy())
         expected.append(ssd.apply_jitter(tf.constant(images[i]), f, o).numpy())
-    ours = np.asarray(jax.jit(ssd_jax.jitter)(images, np.stack(factors), np.stack(orders).astype(np.int32)))
+    ours = np.asarray(jax.jit(ssd_jax_augment.jitter)(images, np.stack(factors), np.stack(orders).astype(np.int32)))
     assert np.abs(ours - np.stack(expected)).max() < 0.02
     assert len({tuple(o) for o in orders}) > 8
 
@@ -156,13 +157,13 @@ def test_hue_shift_is_tf_image_adjust_hue():
     x[0, 0, 0] = (10, 10, 10)
     x[0, 0, 1] = (200, 10, 10)
     deltas = np.array([-0.05, 0.0, 0.03, 0.5], np.float32)
-    ours = np.asarray(ssd_jax.adjust_hue(x, deltas))
+    ours = np.asarray(ssd_jax_augment.adjust_hue(x, deltas))
     theirs = np.stack([tf.image.adjust_hue(x[i], deltas[i]).numpy() for i in range(4)])
     assert np.abs(ours - theirs).max() < 1e-2
 
 
 def test_targets_are_encode_targets_in_float32():
-    """ssd_jax.encode (batched, float32, padded ground truth) against ssd.encode_targets (float64): offsets within
+    """ssd_jax_augment.encode (batched, float32, padded ground truth) against ssd.encode_targets (float64): offsets within
     1e-4 where labels agree. Labels: measured on these 64 images, 7 images have one object (one has two) whose best
     default box is a near tie of two default boxes (IoUs 2e-8 apart: mirror-image boxes), which float32 and float64
     break differently, so the object's forced positive sits on the other box of the pair; allowed: the same labels
@@ -176,7 +177,7 @@ def test_targets_are_encode_targets_in_float32():
     pad = lambda arrays, shape, dtype: np.stack([np.pad(a, [(0, g - len(a))] + [(0, 0)] * (a.ndim - 1))  # noqa: E731
                                                  for a in arrays]).astype(dtype)
     valid = np.stack([np.arange(g) < len(x) for x in gts])
-    offsets, out_labels = (np.asarray(t) for t in jax.jit(ssd_jax.encode)(
+    offsets, out_labels = (np.asarray(t) for t in jax.jit(ssd_jax_augment.encode)(
         pad(gts, (4,), np.float32), pad(labels, (), np.int32), valid))
     for i, (gt, lab) in enumerate(zip(gts, labels)):
         want_offsets, want_labels = (t.numpy() for t in ssd.encode_targets(gt, lab))
@@ -219,7 +220,7 @@ def test_host_batch_matches_the_tf_data_path_given_the_same_draws(prepared):
     assert plan.gt_valid.any(axis=1).all()
     canvas = jpeg_batches.HostDecoder(2).canvas(plan.jpegs, plan.geometry)
     images, (offsets, labels) = (np.asarray(t) if not isinstance(t, tuple) else tuple(map(np.asarray, t))
-                                 for t in ssd_jax.train_images_and_targets(
+                                 for t in ssd_jax_augment.train_images_and_targets(
                                      canvas, plan.geometry.taps(), plan.factors, plan.order, plan.gt,
                                      plan.gt_labels, plan.gt_valid))
     want_images, want_targets = _tf_batch(plan)

@@ -29,7 +29,7 @@ def main():
     import jax
     from nvidia import nvimgcodec as nv
 
-    from mlperf_keras.inputs import image_geometry, imagenet_gpu, jpeg_batches, ssd_jax
+    from mlperf_keras.inputs import image_geometry, imagenet_gpu, jpeg_batches, ssd_jax, ssd_jax_augment
 
     paths = sorted(glob.glob(os.path.join(args.data_dir, "train-*")))
     common = dict(seed=1, epoch=0, rank=0, batch_size=args.batch_size, num_batches=args.batches, cycle_length=10)
@@ -89,7 +89,7 @@ def main():
             def augment(i):
                 canvas, geometry = canvases[i % 2]
                 t = plans[i % 2][2]
-                jax.block_until_ready(ssd_jax.train_images_and_targets(
+                jax.block_until_ready(ssd_jax_augment.train_images_and_targets(
                     canvas, geometry.taps(), t.factors, t.order, t.gt, t.gt_labels, t.gt_valid))
 
             counter = iter(range(10**9))
