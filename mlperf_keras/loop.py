@@ -172,12 +172,14 @@ def run(config: RunConfig, workload, dist, manifest: dict | None) -> RunResult:
         if resume_from:
             checkpoints.restore(resume_from, step.model, step.optimizer)
             step.reload_from_model()
+        precompiled = compile_ahead(step, workload, config, dist, manifest, progress.say)
         if not run_started:
             # v0.6+: init is off the clock; the clock starts when training data is first touched.
             log.end(C.INIT_STOP)
             log.start(C.RUN_START)
             run_started, clock_start = True, time.time()
-        result = _train(config, workload, dist, manifest, log, progress, step, clock_start, start_epoch)
+        result = _train(config, workload, dist, manifest, log, progress, step, clock_start, start_epoch,
+                        precompiled=precompiled)
         log.end(C.RUN_STOP, metadata={"status": result.status, **({"reason": result.reason} if result.reason else {})})
         result.log_path, result.resumed_from = log_path, resume_from
         if config.checkpoint_dir and not result.reason:  # a diverged model is not worth keeping (its last epoch is)
@@ -234,6 +236,21 @@ def build(config, workload, dist, manifest):
     return model, step
 
 
+def compile_ahead(step, workload, config, dist, manifest, say) -> bool:
+    """Compile the train step for every batch shape the workload declares (Workload.batch_shapes), concurrently,
+    before the first batch: from v0.6 in the init phase with the model's construction, before run_start (the shapes
+    come from config and manifest, not from the training data); in v0.5 on the clock, as the construction is, but
+    concurrently rather than one shape at a time through the first epoch. Only where the step can (JAX; TensorFlow
+    compiles at each shape's first call) and with prepared data (a synthetic run repeats one batch). True if
+    something was compiled."""
+    if manifest is None or not hasattr(step, "precompile"):
+        return False
+    batches = workload.batch_shapes(config, dist, manifest)
+    if not batches:
+        return False
+    return step.precompile(batches, say=say)["compiled"] > 0
+
+
 def run_epoch(step, batches, steps: int, samples_per_step: int, progress_seconds: float, say,
               stop_on_non_finite: bool = True, first: bool = False) -> float:
     """Run one epoch's batches through the train step; returns the last loss (reading it waits for the device).
@@ -281,7 +298,8 @@ def _batch_norm_statistics(model) -> list:
     return [v for v in model.non_trainable_variables if v.path.endswith(("/moving_mean", "/moving_variance"))]
 
 
-def _train(config, workload, dist, manifest, log, progress, step, clock_start, start_epoch=0) -> RunResult:
+def _train(config, workload, dist, manifest, log, progress, step, clock_start, start_epoch=0,
+           precompiled: bool = False) -> RunResult:
     from mlperf_keras import checkpoints
     from mlperf_keras.inputs.manifest import TRAINING_CHECKSUM_LIMIT_BYTES, verify_files
 
@@ -315,7 +333,8 @@ def _train(config, workload, dist, manifest, log, progress, step, clock_start, s
         epoch_start = time.time()
         epoch_loss = run_epoch(step, train.batches(epoch), train.steps_per_epoch, samples_per_step,
                                config.progress_seconds, lambda msg: progress.say(f"  epoch {epoch + base} {msg}"),
-                               stop_on_non_finite=dist.world_size == 1, first=epoch == start_epoch)
+                               stop_on_non_finite=dist.world_size == 1,
+                               first=epoch == start_epoch and not precompiled)
         epoch_seconds = time.time() - epoch_start
         # A TrainData that counts its epoch's samples (GNMT's real tokens) gives them; else steps x global batch.
         counted_samples = train.epoch_samples() if hasattr(train, "epoch_samples") else None

@@ -126,6 +126,9 @@ def test_the_transformer_trains_on_jax_from_records_without_tensorflow(demo, tmp
     assert check["tensorflow_imported"] is False and check["exit"] in (0, 5), lines[-5:]
     events = mllog_events(json.loads(lines[-1])["log"])
     assert [e["key"] for e in events].count("eval_accuracy") == 1
+    # the length buckets' shapes were compiled before the first batch (loop.compile_ahead), not in the epoch
+    assert any("compiled 5 batch shapes" in line for line in lines), lines[:6]
+    assert not any("compiling the train step (its first call)" in line for line in lines)
 
 
 def test_a_record_that_is_not_a_training_pair_is_refused_with_its_folder_named(tmp_path):

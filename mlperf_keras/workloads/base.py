@@ -76,6 +76,14 @@ class Workload(abc.ABC):
     def synthetic_train_data(self, config: RunConfig, dist) -> TrainData:
         """Same shapes and dtypes as train_data, random content: measures the model, not the data."""
 
+    def batch_shapes(self, config: RunConfig, dist, manifest: dict) -> list:
+        """One (inputs, labels) batch of zeros for each shape this worker's training batches take, as train_data
+        gives them (structure, shapes, dtypes), worked out from config and manifest alone: the loop compiles the step
+        for each ahead, from v0.6 before the clock starts (no training data is read for it). A workload whose batches
+        take many shapes (the translation workloads' length buckets) says them; the default, none, leaves each shape
+        compiled at its first step."""
+        return []
+
     @abc.abstractmethod
     def evaluator(self, config: RunConfig, dist, manifest: dict | None) -> Evaluator:
         """The real eval set, or a synthetic one when manifest is None."""

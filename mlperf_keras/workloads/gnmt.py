@@ -235,6 +235,17 @@ class GNMT(TranslationWorkload):
             histogram = text.worker_length_histogram(manifest, 0, 1)
         return text.global_batch_steps(self.bucket_plan(config), histogram, config.num_workers)
 
+    def buckets_used(self, plan, config, dist, manifest):
+        """The buckets holding at least one full global batch of the whole training set's pairs (the reference
+        sampler drops the rest; text.GlobalBatchTrainPipeline)."""
+        counts = plan.bucket_counts(text.worker_length_histogram(manifest, 0, 1))
+        return [k for k, size in enumerate(plan.batch_sizes) if counts[k] >= size * dist.world_size]
+
+    def zero_batch(self, rows, length):
+        # <s> w1 .. wn </s> padded to the bucket's length: the decoder reads all but the last, predicts all but <s>
+        return ({"source": np.zeros((rows, length), np.int32), "target_input": np.zeros((rows, length - 1), np.int32)},
+                np.zeros((rows, length - 1), np.int32))
+
     def train_data(self, config, dist, manifest):
         steps = self.steps_per_epoch(config, manifest)
         files = [os.path.join(config.data_dir, f["name"]) for f in worker_shards(manifest, "train", 0, 1)]

@@ -173,6 +173,20 @@ class Transformer(TranslationWorkload):
         return text.epoch_steps(self.bucket_plan(config), manifest, config.num_workers,
                                 config.hparams["train_pairs"], config.hparams["max_length"])
 
+    def buckets_used(self, plan, config, dist, manifest):
+        """The buckets holding some of this worker's pairs (text.TrainPipeline batches them per worker), and the
+        first bucket where the worker has fewer batches than the epoch's steps (the pipeline fills its epoch with
+        empty batches of that shape)."""
+        histogram = text.worker_length_histogram(manifest, dist.rank, dist.world_size)
+        used = {int(k) for k in np.flatnonzero(plan.bucket_counts(histogram))}
+        if plan.steps(histogram) < self.steps_per_epoch(config, manifest):
+            used.add(0)
+        return sorted(used)
+
+    def zero_batch(self, rows, length):
+        zeros = np.zeros((rows, length), np.int32)
+        return text.to_model_inputs(zeros, zeros)
+
     def train_data(self, config, dist, manifest):
         plan = self.bucket_plan(config)
         steps = self.steps_per_epoch(config, manifest)

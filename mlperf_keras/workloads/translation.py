@@ -52,6 +52,20 @@ class TranslationWorkload(Workload):
     def bucket_plan(self, config) -> text.BucketPlan:
         """The length buckets of one worker's batches."""
 
+    @abc.abstractmethod
+    def buckets_used(self, plan: text.BucketPlan, config, dist, manifest: dict) -> list[int]:
+        """The buckets whose shape this worker's training batches take in an epoch (from the manifest's length
+        histograms)."""
+
+    @abc.abstractmethod
+    def zero_batch(self, rows: int, length: int):
+        """A training batch of zeros of one bucket's shape, as the pipeline gives it: (inputs, labels)."""
+
+    def batch_shapes(self, config, dist, manifest):
+        plan = self.bucket_plan(config)
+        return [self.zero_batch(plan.batch_sizes[k], plan.lengths[k])
+                for k in self.buckets_used(plan, config, dist, manifest)]
+
     def mllog_hparam_metadata(self, config):
         return {"max_sequence_length": {"method": "discard"}}
 
