@@ -1,6 +1,7 @@
-"""Workload.batch_shapes, what the loop compiles ahead: for the translation workloads exactly the shapes and dtypes an
-epoch of the worker's training batches takes (checked against the batches of both readers, one worker and the
-second of two); and the loop compiles them while init runs, before run_start from v0.6 (v0.5: after it)."""
+"""Workload.batch_shapes, what the loop compiles ahead: exactly the shapes and dtypes an epoch of the worker's training
+batches takes on the JAX backend (the translation workloads' length buckets with both readers, one worker and the
+second of two; the image workloads' and NCF's, each pipeline); and the loop compiles them while init runs, before
+run_start from v0.6 (v0.5: after it)."""
 from __future__ import annotations
 
 import dataclasses
@@ -96,9 +97,62 @@ def test_the_edges_of_an_epoch_are_declared_too(demo, tmp_path):
     assert len(declared) == 1   # the 20 pairs of length 16 do not fill a global batch of 32: dropped
 
 
-def test_batch_shapes_are_none_by_default(prepared_ncf):
-    workload, manifest, config, dist = resolve_run("ncf", data_dir=prepared_ncf)
-    assert workload.batch_shapes(config, dist, manifest) == []
+@pytest.fixture(scope="module")
+def image_demos(tmp_path_factory):
+    from data_prep import demos
+
+    cache = str(tmp_path_factory.mktemp("batch_shapes_image_demos"))
+    return {m: demos.prepare(m, cache, log=lambda _: None) for m in ("resnet", "ssd", "maskrcnn", "ncf")}
+
+
+def _declared_and_seen(workload, config, dist, manifest, batches: int = 40) -> tuple[list, set]:
+    import itertools
+
+    declared = [_key(b) for b in workload.batch_shapes(config, dist, manifest)]
+    return declared, {_key(b) for b in itertools.islice(workload.train_data(config, dist, manifest).batches(0), batches)}
+
+
+@pytest.mark.parametrize("model", ["resnet", "ssd", "maskrcnn", "ncf"])
+def test_one_batch_per_shape_of_the_image_and_ncf_epochs(image_demos, model):
+    """The synthetic batch's shape where the epoch has one; Mask R-CNN's two orientations (the demo has both). On
+    the JAX backend with TensorFlow installed the images come through tf.data (the JAX pipelines: next test)."""
+    workload, manifest, config, dist = resolve_run(model, data_dir=image_demos[model])
+    declared, seen = _declared_and_seen(workload, dataclasses.replace(config, backend="jax"), dist, manifest)
+    assert len(declared) == len(set(declared)) == (2 if model == "maskrcnn" else 1)
+    assert set(declared) == seen
+
+
+_JAX_PIPELINES = """
+import dataclasses, json, sys
+sys.path.insert(0, %(root)r)
+from tests.conftest import resolve_run
+from tests.test_batch_shapes import _declared_and_seen
+out = {}
+for model, data_dir in %(demos)r.items():
+    workload, manifest, config, dist = resolve_run(model, data_dir=data_dir)
+    config = dataclasses.replace(config, backend="jax", hparams={**config.hparams, "input_pipeline": "host"})
+    declared, seen = _declared_and_seen(workload, config, dist, manifest)
+    out[model] = [len(declared), len(set(declared)), set(declared) == seen]
+print(json.dumps(out))
+"""
+
+
+def test_one_batch_per_shape_of_the_jax_image_pipelines(image_demos):
+    """As above for the JAX pipelines (input_pipeline=host: the host decoder in place of the GPU's), which run on
+    the JAX backend only: in a fresh interpreter."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    demos = {m: image_demos[m] for m in ("resnet", "ssd", "maskrcnn")}
+    proc = subprocess.run([sys.executable, "-c", _JAX_PIPELINES % {"root": root, "demos": demos}], cwd=root,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"resnet": [1, 1, True], "ssd": [1, 1, True], "maskrcnn": [2, 2, True]}
 
 
 class _Step:

@@ -77,12 +77,12 @@ class Workload(abc.ABC):
         """Same shapes and dtypes as train_data, random content: measures the model, not the data."""
 
     def batch_shapes(self, config: RunConfig, dist, manifest: dict) -> list:
-        """One (inputs, labels) batch of zeros for each shape this worker's training batches take, as train_data
-        gives them (structure, shapes, dtypes), worked out from config and manifest alone: the loop compiles the step
-        for each ahead, from v0.6 before the clock starts (no training data is read for it). A workload whose batches
-        take many shapes (the translation workloads' length buckets) says them; the default, none, leaves each shape
-        compiled at its first step."""
-        return []
+        """One (inputs, labels) batch for each shape this worker's training batches take, as train_data gives them
+        (structure, shapes, dtypes; the values do not matter), worked out from config and manifest without reading
+        the training data: the loop compiles the step for each ahead, from v0.6 before the clock starts
+        (loop.compile_ahead). Default: the synthetic data's batch (one shape). A workload whose batches take several
+        shapes says them all (the translation workloads' length buckets, Mask R-CNN's two orientations)."""
+        return [next(iter(self.synthetic_train_data(config, dist).batches(0)))]
 
     @abc.abstractmethod
     def evaluator(self, config: RunConfig, dist, manifest: dict | None) -> Evaluator:

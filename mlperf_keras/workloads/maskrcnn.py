@@ -297,6 +297,12 @@ class MaskRCNN(Workload):
         return RepeatedBatch(synthetic_batch(config.hparams, config.per_worker_batch_size, config.seed + dist.rank),
                              self.steps_per_epoch(config, None), samples_per_epoch=config.hparams["train_images"])
 
+    def batch_shapes(self, config, dist, manifest):
+        """Both orientation groups' padded shapes (COCO has both; which this worker's shards hold is known only by
+        reading them)."""
+        return [synthetic_batch(config.hparams, config.per_worker_batch_size, config.seed + dist.rank, group)
+                for group in (LANDSCAPE, PORTRAIT)]
+
     def evaluator(self, config, dist, manifest):
         batch = per_worker_eval_batch(config)
         if manifest is None:
@@ -412,11 +418,11 @@ class _CocoTrainData(TrainData):
             data_pass, skip = data_pass + 1, 0
 
 
-def synthetic_batch(hp: dict, batch: int, seed: int) -> tuple[dict, np.ndarray]:
-    """One landscape batch of the real shapes (NumPy only): random pixels, seven objects per image (COCO's mean is
-    about 7.3) with random classes, each object a 32-gon ellipse filling its box."""
+def synthetic_batch(hp: dict, batch: int, seed: int, group: int = LANDSCAPE) -> tuple[dict, np.ndarray]:
+    """One batch of the real shapes of an orientation group (NumPy only): random pixels, seven objects per image
+    (COCO's mean is about 7.3) with random classes, each object a 32-gon ellipse filling its box."""
     rng = np.random.default_rng(seed)
-    height, width = padded_shape(LANDSCAPE, hp["min_size"], hp["max_size"])
+    height, width = padded_shape(group, hp["min_size"], hp["max_size"])
     g, e = hp["max_gt"], hp["max_vertices"]
     objects = min(7, g)
     x1 = rng.uniform(0, width * 0.7, (batch, objects))
