@@ -157,8 +157,12 @@ class _JaxTrainStep:
             with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="compile") as pool:
                 futures = [pool.submit(self._step.lower(self._state, *self.dist.shard_batch(batch)).compile)
                            for batch in pending]
-                for future in futures:
+                last_said = time.perf_counter()
+                for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                     future.result()
+                    if say and done < len(pending) and time.perf_counter() - last_said >= PROGRESS_SECONDS:
+                        last_said = time.perf_counter()
+                        say(f"  {done}/{len(pending)} batch shapes compiled, {last_said - started:.0f} s")
         seconds = time.perf_counter() - started
         if say and pending:
             say(f"compiled {len(pending)} batch shapes in {seconds:.1f} s")
@@ -199,6 +203,8 @@ class _JaxTrainStep:
 # precompile()'s default threads: at most the host's cores, and at most this many, since every compilation in flight
 # holds its module in host memory (a big model's can take gigabytes).
 MAX_COMPILE_THREADS = 8
+# ... and says how far it is every this many seconds (a Transformer's 20-odd shapes take minutes on a GPU).
+PROGRESS_SECONDS = 30.0
 
 
 def _shape_key(batch) -> tuple:

@@ -39,12 +39,14 @@ lazy = make_step()
 expected = [float(lazy(x, y)) for x, y in batches]
 step = make_step()
 before = len(compiles)
-result = step.precompile(iter(batches), threads=3)
+said = []
+steps.PROGRESS_SECONDS = 0.0   # every shape's completion said
+result = step.precompile(iter(batches), threads=3, say=said.append)
 after_precompile = len(compiles)
 losses = [float(step(x, y)) for x, y in batches]
 again = step.precompile(batches)
 print(json.dumps({"result": result, "again": again, "precompile_compiles": after_precompile - before,
-                  "call_compiles": len(compiles) - after_precompile, "losses": losses, "expected": expected,
+                  "call_compiles": len(compiles) - after_precompile, "losses": losses, "expected": expected, "said": said,
                   "distribution": dist.describe()}))
 """
 
@@ -61,5 +63,8 @@ def test_after_precompile_no_shape_compiles_again(devices):
     assert out["precompile_compiles"] >= 4       # the step's four shapes (and whatever small copies go with them)
     assert out["call_compiles"] == 0              # each precompiled shape ran without compiling again
     assert out["again"]["compiled"] == 0          # a shape compiled before is not compiled twice
+    said = out["said"]                            # progress: start, each shape but the last as done, the end
+    assert said[0] == "compiling 4 batch shapes on 3 threads..." and said[-1].startswith("compiled 4 batch shapes in")
+    assert [line.split(" batch")[0].strip() for line in said[1:-1]] == ["1/4", "2/4", "3/4"]
     assert out["losses"] == out["expected"]       # the same computation as compiling at the first call
     assert out["distribution"] == ("single process" if devices == 1 else "jax DataParallel over 2 devices")
