@@ -267,18 +267,21 @@ def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int
 def _train_plans(paths, *, seed, epoch, rank, batch_size, num_batches, max_samples, shuffle_buffer, skip_crowd, size,
                  max_rounds, cycle_length, shard=(0, 1)) -> Iterator:
     """A TrainPlan for each of the epoch's batches i with i % shard[1] == shard[0] (all by default): the host half of
-    train_batches. Every record's objects are counted (images without any are left out before the shuffle buffer);
-    only the shard's batches are parsed in full."""
+    train_batches. Images without objects are left out before the shuffle buffer. Planning every batch, each record
+    is parsed once, there; one of several shards counts every record's objects (a two-feature parse) and parses
+    only its own batches in full."""
+    every_batch = shard[1] == 1
     examples = record_streams.epoch_stream(paths, seed=seed, epoch=epoch, num_samples=num_batches * batch_size,
                                            shuffle_buffer=shuffle_buffer, cycle_length=cycle_length,
-                                           parse=functools.partial(_with_objects, skip_crowd=skip_crowd))
+                                           parse=functools.partial(trainable if every_batch else _with_objects,
+                                                                   skip_crowd=skip_crowd))
     for index in range(num_batches):
         chunk = [next(examples) for _ in range(batch_size)]
         if index % shard[1] != shard[0]:
             continue
         rng = np.random.default_rng([int(seed), int(epoch), int(rank), index, 0x55D])
-        yield TrainPlan([trainable(r, skip_crowd) for r in chunk], rng, size=size, max_samples=max_samples,
-                        max_rounds=max_rounds)
+        yield TrainPlan(chunk if every_batch else [trainable(r, skip_crowd) for r in chunk], rng, size=size,
+                        max_samples=max_samples, max_rounds=max_rounds)
 
 
 _COUNT_KEYS = frozenset(["image/object/class/label", "image/object/is_crowd"])
