@@ -372,8 +372,11 @@ app.run(movielens.main)
 def test_interrupted_data_prep_removes_its_staging_folder(tmp_path, signum):
     raw = _tiny_movielens_raw(tmp_path)
     out = tmp_path / "out"
+    # A shell's background job (CI started with `&`) inherits SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler: give the child the default disposition a terminal's Ctrl-C meets.
     proc = subprocess.Popen([sys.executable, "-c", PREP_STOPPED_MIDWAY % (raw, out)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for line in proc.stdout:  # its progress lines, then ours
             if line.strip() == "staged":
