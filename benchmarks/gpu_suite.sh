@@ -17,6 +17,7 @@
 #                                          # fed by the input pipeline against the same batches resident on the
 #                                          # device, then the input pipeline alone (--input_only);
 #                                          # INPUT_WORKERS=N plans ResNet's and SSD's batches in N processes
+# STEPS=N timed steps (30), WARMUP=N warm-up steps (5) of each run of ours; its whole output goes to $OUT/ours.log.
 # TIMEOUT=S limits each run of ours to S seconds (a run past it prints FAILED and the suite goes on).
 # Each result is one JSON line appended to $OUT/results.jsonl.
 set -uo pipefail
@@ -30,6 +31,7 @@ export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 # Never use NVLink multicast on shared hosts (the device README's rule).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 STEPS=${STEPS:-30}
+WARMUP=${WARMUP:-5}
 declare -A BATCH=([ncf]=1048576 [resnet]=256 [ssd]=128 [transformer]=8192 [gnmt]=256 [maskrcnn]=8)
 MODELS_GIVEN=${MODELS:-}
 MODELS=${MODELS:-"ncf resnet ssd transformer"}
@@ -50,8 +52,8 @@ ours() {  # model gpus global_batch tag [--variant="variant flags" | other bench
   # --ruleset=0.5: the round every figure in RESULTS.md was measured at (ResNet's default is now 0.7, LARS; the
   # peers use SGD, as v0.5).
   CUDA_VISIBLE_DEVICES=$gpus ${TIMEOUT:+timeout "$TIMEOUT"} python3 "${entry[@]}" --model="$m" --backend=jax \
-    --flagfile=flags/h200.flags --ruleset=0.5 --batch_size="$batch" --steps="$STEPS" --warmup_steps=5 \
-    --json_out="$json" "$@" 2>&1 \
+    --flagfile=flags/h200.flags --ruleset=0.5 --batch_size="$batch" --steps="$STEPS" --warmup_steps="$WARMUP" \
+    --json_out="$json" "$@" 2>&1 | tee -a "$OUT/ours.log" \
     | grep -E "^ |on [0-9]+ x|^variant|decoding on|pipeline alone" || echo "FAILED: $m $tag"
   [ -f "$json" ] && python3 -c "import json,sys; d=json.load(open('$json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
 }
