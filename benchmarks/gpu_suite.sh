@@ -16,7 +16,9 @@
 #                                          # (benchmarks/real_format_data.py, in REALDATA=.cache/realdata): the step
 #                                          # fed by the input pipeline against the same batches resident on the
 #                                          # device, then the input pipeline alone (--input_only);
-#                                          # INPUT_WORKERS=N plans ResNet's and SSD's batches in N processes
+#                                          # INPUT_WORKERS=N plans ResNet's and SSD's batches in N processes,
+#                                          # INPUT_PIPELINE=gpu_hardware decodes ResNet's, SSD's and Mask R-CNN's
+#                                          # JPEGs on the GPU's JPEG engines only
 # STEPS=N timed steps (30), WARMUP=N warm-up steps (5) of each run of ours; its whole output goes to $OUT/ours.log.
 # TIMEOUT=S limits each run of ours to S seconds (a run past it prints FAILED and the suite goes on).
 # Each result is one JSON line appended to $OUT/results.jsonl.
@@ -135,17 +137,21 @@ case "${1:-}" in
     # The Transformer last: its fed pass first compiles one step per bucket shape among its first STEPS + 5
     # batches (22 shapes in 35 batches of 8,192 tokens on this data), the longest set-up of the six.
     for m in ${MODELS_GIVEN:-ncf resnet ssd gnmt maskrcnn transformer}; do
-      extra=()
-      # From random weights at the reference's LR Mask R-CNN's loss turns NaN (see maskrcnn above).
-      [ "$m" = maskrcnn ] && extra=(--hparams=learning_rate=0.0002)
+      hp=() tag=""
       # INPUT_WORKERS=N: ResNet and SSD plan their batches in N worker processes (hparam input_workers; 0: a thread)
-      io=()
       if [ -n "${INPUT_WORKERS:-}" ] && { [ "$m" = resnet ] || [ "$m" = ssd ]; }; then
-        extra=(--hparams=input_workers="$INPUT_WORKERS"); io=("${extra[@]}")
+        hp+=("input_workers=$INPUT_WORKERS"); tag+="_w$INPUT_WORKERS"
       fi
-      ours "$m" 0 "${BATCH[$m]}" realdata_fed${INPUT_WORKERS:+_w$INPUT_WORKERS} --data_dir="$REALDATA/${DATASET[$m]}" "${extra[@]}"
-      ours "$m" 0 "${BATCH[$m]}" realdata_input_only${INPUT_WORKERS:+_w$INPUT_WORKERS} --data_dir="$REALDATA/${DATASET[$m]}" \
-        --input_only "${io[@]}"
+      # INPUT_PIPELINE=gpu_hardware (or host): the image workloads' hparam input_pipeline
+      if [ -n "${INPUT_PIPELINE:-}" ] && { [ "$m" = resnet ] || [ "$m" = ssd ] || [ "$m" = maskrcnn ]; }; then
+        hp+=("input_pipeline=$INPUT_PIPELINE"); tag+="_$INPUT_PIPELINE"
+      fi
+      io=(${hp[@]:+--hparams="$(IFS=,; echo "${hp[*]}")"})
+      # From random weights at the reference's LR Mask R-CNN's loss turns NaN (see maskrcnn above).
+      [ "$m" = maskrcnn ] && hp+=("learning_rate=0.0002")
+      extra=(${hp[@]:+--hparams="$(IFS=,; echo "${hp[*]}")"})
+      ours "$m" 0 "${BATCH[$m]}" "realdata_fed$tag" --data_dir="$REALDATA/${DATASET[$m]}" "${extra[@]}"
+      ours "$m" 0 "${BATCH[$m]}" "realdata_input_only$tag" --data_dir="$REALDATA/${DATASET[$m]}" --input_only "${io[@]}"
     done ;;
   *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|precision|transformer|gnmt|maskrcnn|realdata" >&2
      exit 2 ;;

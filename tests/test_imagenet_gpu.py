@@ -242,9 +242,19 @@ def test_choose_pipeline(monkeypatch):
         assert jpeg_batches.choose_pipeline("auto") == "tf.data"
         with pytest.raises(ConfigError, match="JAX backend"):
             jpeg_batches.choose_pipeline("gpu")
+        with pytest.raises(ConfigError, match="input_pipeline=gpu_hardware runs on the JAX backend"):
+            jpeg_batches.choose_pipeline("gpu_hardware")
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
     assert jpeg_batches.choose_pipeline("auto") == "tf.data"  # JAX on the CPU, TensorFlow installed
     assert jpeg_batches.choose_pipeline("host") == "host"
+    assert jpeg_batches.choose_pipeline("gpu_hardware") == "gpu_hardware"
+
+
+def test_gpu_pipelines_fall_back_to_the_host_decoder_without_a_gpu(monkeypatch, capsys):
+    monkeypatch.setattr(jpeg_batches, "gpu_decoder_missing", lambda: "no CUDA device for JAX")
+    for pipeline in ("gpu", "gpu_hardware"):
+        assert jpeg_batches.make_decoder(pipeline, threads=1).name == "host"
+    assert "JPEGs decoded on the host (PIL, 1 threads): no CUDA device for JAX" in capsys.readouterr().out
 
 
 

@@ -113,3 +113,39 @@ def test_maskrcnn_gpu_images_match_host_images():
     diff = np.abs(np.asarray(gpu).astype(int) - np.asarray(host).astype(int))
     print(f"Mask R-CNN images, GPU vs host: max {diff.max()}, mean {diff.mean():.4f}")
     assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())
+
+
+HARDWARE_CROPS = '''
+import numpy as np
+from mlperf_keras.inputs import image_geometry, imagenet_gpu, jpeg_batches
+from tests.conftest import photo_jpeg
+jpegs = [photo_jpeg(int(h), int(w), 300 + i)
+         for i, (h, w) in enumerate(np.random.default_rng(7).integers(240, 640, (32, 2)))]
+sizes = np.array([image_geometry.jpeg_size(j) for j in jpegs])
+geometry, _ = imagenet_gpu.train_geometry(sizes, np.random.default_rng(4), 224, image_geometry.CropParams())
+decoder = jpeg_batches.make_decoder("gpu_hardware")
+assert decoder.name == "gpu_hardware", decoder.name
+gpu = jpeg_batches.resize_from_canvas(decoder.canvas(jpegs, geometry), geometry.taps(), geometry.valid)
+host = jpeg_batches.resize_from_canvas(jpeg_batches.HostDecoder(4).canvas(jpegs, geometry), geometry.taps(),
+                                       geometry.valid)
+diff = np.abs(np.asarray(gpu).astype(int) - np.asarray(host).astype(int))
+print(f"train crops, GPU hardware decoder vs host: max {diff.max()}, mean {diff.mean():.4f}")
+assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())
+'''
+
+
+def test_gpu_hardware_decoder_crops_match_host_crops():
+    """input_pipeline=gpu_hardware (nvImageCodec's HW_GPU_ONLY backend) on ResNet's training windows, within the
+    bounds of the default backend's test; in its own process (one nvImageCodec decoder a process). Skipped on GPUs
+    without JPEG engines (nvImageCodec then decodes nothing)."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", HARDWARE_CROPS], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode != 0 and "hardware JPEG decoder" in proc.stderr and "T4 and V100" in proc.stderr:
+        pytest.skip("this GPU has no hardware JPEG decoder")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(proc.stdout)

@@ -8,6 +8,9 @@ Why one canvas: per-image JAX operations on variable shapes compile per shape an
 whose size is rounded up to a power of two keeps the jitted functions to a handful of shapes.
 
 Without nvImageCodec, CuPy or a CUDA device the GPU decoder falls back to the host one, said once on the console.
+input_pipeline=gpu_hardware decodes on the GPU's hardware JPEG engines only (nvImageCodec's HW_GPU_ONLY backend:
+A100, H100 and H200 have them, T4 and V100 do not): slower alone than nvImageCodec's choice, which decodes region
+crops with CUDA kernels, but it leaves the SMs to the training step that runs beside it.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import numpy as np
 
 from mlperf_keras.inputs.manifest import DataError
 
-PIPELINES = ("auto", "tf.data", "gpu", "host")
+PIPELINES = ("auto", "tf.data", "gpu", "gpu_hardware", "host")
 _MIN_CANVAS = 1 << 20
 _said: set = set()
 
@@ -166,16 +169,17 @@ class HostDecoder:
 
 
 class GpuDecoder:
-    """nvImageCodec region decodes on the GPU, copied into one CuPy canvas, imported into JAX by DLPack."""
+    """nvImageCodec region decodes on the GPU, copied into one CuPy canvas, imported into JAX by DLPack; with
+    hardware=True on the GPU's JPEG engines only."""
 
-    name = "gpu"
-
-    def __init__(self):
+    def __init__(self, hardware: bool = False):
         import cupy
         from nvidia import nvimgcodec
 
         self._cupy, self._nvimgcodec = cupy, nvimgcodec
-        _gpu_decoder_state()   # made here, so a missing library fails at start-up
+        self.hardware = hardware
+        self.name = "gpu_hardware" if hardware else "gpu"
+        _gpu_decoder_state(hardware)   # made here, so a missing library fails at start-up
 
     def canvas(self, jpegs: list[bytes], geometry: CanvasLayout):
         import jax
@@ -186,13 +190,15 @@ class GpuDecoder:
             code = nv.CodeStream(jpeg)
             streams.append(code.get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w))))
         runtime = cp.cuda.runtime
-        decoder, stream = _gpu_decoder_state()
+        decoder, stream = _gpu_decoder_state(self.hardware)
         with stream:
             images = decoder.decode(streams, cuda_stream=stream.ptr)
             canvas = cp.empty(geometry.canvas_size(), cp.uint8)
             for base, image, (_, _, h, w) in zip(geometry.bases, images, geometry.windows):
                 if image is None:
-                    raise DataError("nvImageCodec could not decode a JPEG record")
+                    raise DataError("nvImageCodec could not decode a JPEG record" + (
+                        " on the GPU's hardware JPEG decoder (input_pipeline=gpu_hardware; T4 and V100 have none: "
+                        "use input_pipeline=gpu)" if self.hardware else ""))
                 interface = image.__cuda_array_interface__
                 shape, typestr = tuple(interface["shape"]), interface["typestr"]
                 if shape != (h, w, 3) or typestr != "|u1":
@@ -209,18 +215,25 @@ class GpuDecoder:
 _gpu_state: dict = {}
 
 
-def _gpu_decoder_state():
+def _gpu_decoder_state(hardware: bool = False):
     """The process's one nvImageCodec decoder and CUDA stream, shared by every GpuDecoder and released at exit before
     JAX's and CuPy's own teardown (atexit runs last-registered first). On an H100 a second GpuDecoder made in one
-    process segfaulted, and benchmark processes whose decoder lived until the interpreter's shutdown aborted there."""
+    process segfaulted, and benchmark processes whose decoder lived until the interpreter's shutdown aborted there;
+    so a process decodes with one kind of decoder (hardware: the HW_GPU_ONLY backend), and asking for the other
+    is a RuntimeError."""
     if not _gpu_state:
         import atexit
 
         import cupy
         from nvidia import nvimgcodec
 
-        _gpu_state.update(decoder=nvimgcodec.Decoder(), stream=cupy.cuda.Stream(non_blocking=True))
+        backends = [nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY)] if hardware else None
+        _gpu_state.update(decoder=nvimgcodec.Decoder(backends=backends) if backends else nvimgcodec.Decoder(),
+                          stream=cupy.cuda.Stream(non_blocking=True), hardware=hardware)
         atexit.register(_release_gpu_decoder)
+    elif _gpu_state["hardware"] != hardware:
+        raise RuntimeError("this process already decodes JPEGs with nvImageCodec's "
+                           f"{'hardware' if _gpu_state['hardware'] else 'default'} backends; one decoder a process")
     return _gpu_state["decoder"], _gpu_state["stream"]
 
 
@@ -235,16 +248,17 @@ _decoders: dict = {}
 
 
 def make_decoder(pipeline: str, threads: int | None = None):
-    """The decoder for input_pipeline 'gpu' or 'host' (one per process, shared by training and eval); 'gpu' falls
-    back to the host, said once, where it cannot run."""
+    """The decoder for input_pipeline 'gpu', 'gpu_hardware' or 'host' (one per process, shared by training and eval);
+    the GPU ones fall back to the host, said once, where they cannot run."""
     threads = threads or min(8, os.cpu_count() or 1)
-    if pipeline == "gpu":
+    if pipeline in ("gpu", "gpu_hardware"):
         missing = gpu_decoder_missing()
         if missing is None:
-            if "gpu" not in _decoders:
-                _say_once("input: JPEGs decoded on the GPU (nvImageCodec), resized there (JAX)")
-                _decoders["gpu"] = GpuDecoder()
-            return _decoders["gpu"]
+            if pipeline not in _decoders:
+                where = "the GPU's hardware JPEG decoder" if pipeline == "gpu_hardware" else "the GPU"
+                _say_once(f"input: JPEGs decoded on {where} (nvImageCodec), resized there (JAX)")
+                _decoders[pipeline] = GpuDecoder(hardware=pipeline == "gpu_hardware")
+            return _decoders[pipeline]
         _say_once(f"input: JPEGs decoded on the host (PIL, {threads} threads): {missing}")
     if "host" not in _decoders:
         _decoders["host"] = HostDecoder(threads)
@@ -257,7 +271,7 @@ def check_pipeline(requested: str, backend: str) -> None:
 
     if requested not in PIPELINES:
         raise ConfigError(f"input_pipeline={requested!r}: expected one of {', '.join(PIPELINES)}")
-    if requested in ("gpu", "host") and backend != "jax":
+    if requested in ("gpu", "gpu_hardware", "host") and backend != "jax":
         raise ConfigError(f"input_pipeline={requested} runs on the JAX backend (KERAS_BACKEND=jax); "
                           f"the {backend} backend reads with tf.data")
 
@@ -273,7 +287,7 @@ def check_input_workers(value) -> None:
 
 
 def choose_pipeline(requested: str) -> str:
-    """tf.data, gpu or host for a workload's hparam input_pipeline (PIPELINES) on this backend and machine."""
+    """tf.data, gpu, gpu_hardware or host for a workload's hparam input_pipeline (PIPELINES) on this backend and machine."""
     import keras
 
     backend = keras.backend.backend()

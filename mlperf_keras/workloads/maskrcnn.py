@@ -168,7 +168,8 @@ class MaskRCNN(Workload):
             "shuffle_buffer": 1024,             # records, per worker
             # auto: tf.data on TensorFlow; on JAX with a GPU, whole JPEGs decoded on it and resized there
             # (inputs/maskrcnn_jax; host decoding where nvImageCodec or CuPy is missing); on JAX without one,
-            # tf.data (or host decoding without TensorFlow). tf.data, gpu or host force one.
+            # tf.data (or host decoding without TensorFlow). tf.data, gpu, gpu_hardware
+            # (the GPU's JPEG engines only) or host force one.
             "input_pipeline": "auto",
             **{k: v for k, v in COCO2017.items() if k != "num_classes"},
         }

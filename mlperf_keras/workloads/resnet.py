@@ -117,10 +117,11 @@ class ResNet50(Workload):
             "shuffle_buffer": 10_000,      # records, per worker (the TF2 reference's)
             # auto: tf.data on TensorFlow; on JAX with a GPU, JPEGs decoded on it (inputs/imagenet_gpu; host
             # decoding where nvImageCodec or CuPy is missing); on JAX without one, tf.data (or host decoding
-            # without TensorFlow). tf.data, gpu or host force one.
+            # without TensorFlow). tf.data, gpu, gpu_hardware
+            # (the GPU's JPEG engines only) or host force one.
             "input_pipeline": "auto",
-            # JAX pipelines (gpu, host): 0 reads records and plans batches in a thread; N in N worker processes,
-            # each planning every N-th batch (the same batches)
+            # JAX pipelines (gpu, gpu_hardware, host): 0 reads records and plans batches in a thread; N in N worker
+            # processes, each planning every N-th batch (the same batches)
             "input_workers": 0,
             "crop_area": (0.05, 1.0),
             "crop_aspect": (0.75, 1.33),
@@ -359,7 +360,8 @@ def train_crop(hparams):
 
 
 def input_pipeline(config) -> str:
-    """Which input pipeline the hparam input_pipeline picks here: tf.data, gpu or host (inputs/imagenet_gpu)."""
+    """Which input pipeline the hparam input_pipeline picks here: tf.data, gpu, gpu_hardware or host
+    (inputs/imagenet_gpu)."""
     from mlperf_keras.inputs import jpeg_batches
 
     return jpeg_batches.choose_pipeline(config.hparams["input_pipeline"])

@@ -111,10 +111,11 @@ class SSD(Workload):
             "shuffle_buffer": 4096,        # records, per worker
             # auto: tf.data on TensorFlow; on JAX with a GPU, crops decoded on it and resized, jittered and matched
             # to the default boxes there (inputs/ssd_jax; host decoding where nvImageCodec or CuPy is missing); on
-            # JAX without one, tf.data (or host decoding without TensorFlow). tf.data, gpu or host force one.
+            # JAX without one, tf.data (or host decoding without TensorFlow). tf.data, gpu, gpu_hardware
+            # (the GPU's JPEG engines only) or host force one.
             "input_pipeline": "auto",
-            # JAX pipelines (gpu, host): 0 reads records and plans batches in a thread; N in N worker processes,
-            # each planning every N-th batch (the same batches)
+            # JAX pipelines (gpu, gpu_hardware, host): 0 reads records and plans batches in a thread; N in N worker
+            # processes, each planning every N-th batch (the same batches)
             "input_workers": 0,
             "score_threshold": 0.05,       # evaluation: candidates per class above this score
             "nms_iou": 0.5,
@@ -271,7 +272,8 @@ class SSD(Workload):
 
 
 def input_pipeline(config) -> str:
-    """Which input pipeline the hparam input_pipeline picks here: tf.data, gpu or host (inputs/ssd_jax)."""
+    """Which input pipeline the hparam input_pipeline picks here: tf.data, gpu, gpu_hardware or host
+    (inputs/ssd_jax)."""
     from mlperf_keras.inputs import jpeg_batches
 
     return jpeg_batches.choose_pipeline(config.hparams["input_pipeline"])
