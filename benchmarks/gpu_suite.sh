@@ -18,7 +18,8 @@
 #                                          # device, then the input pipeline alone (--input_only);
 #                                          # INPUT_WORKERS=N plans ResNet's and SSD's batches in N processes,
 #                                          # INPUT_PIPELINE=gpu_hardware decodes ResNet's, SSD's and Mask R-CNN's
-#                                          # JPEGs on the GPU's JPEG engines only
+#                                          # JPEGs on the GPU's JPEG engines only, REPEAT=N lists ImageNet's and
+#                                          # COCO's training files N times (epochs of many batches)
 # STEPS=N timed steps (30), WARMUP=N warm-up steps (5) of each run of ours; its whole output goes to $OUT/ours.log.
 # TIMEOUT=S limits each run of ours to S seconds (a run past it prints FAILED and the suite goes on).
 # Each result is one JSON line appended to $OUT/results.jsonl.
@@ -150,8 +151,16 @@ case "${1:-}" in
       # From random weights at the reference's LR Mask R-CNN's loss turns NaN (see maskrcnn above).
       [ "$m" = maskrcnn ] && hp+=("learning_rate=0.0002")
       extra=(${hp[@]:+--hparams="$(IFS=,; echo "${hp[*]}")"})
-      ours "$m" 0 "${BATCH[$m]}" "realdata_fed$tag" --data_dir="$REALDATA/${DATASET[$m]}" "${extra[@]}"
-      ours "$m" 0 "${BATCH[$m]}" "realdata_input_only$tag" --data_dir="$REALDATA/${DATASET[$m]}" --input_only "${io[@]}"
+      data="$REALDATA/${DATASET[$m]}"
+      # REPEAT=N: ImageNet's and COCO's training files listed N times (benchmarks/repeat_records.py), so that an
+      # epoch holds many batches instead of one or two (each epoch boundary restarts the pipeline)
+      if [ -n "${REPEAT:-}" ] && { [ "${DATASET[$m]}" = imagenet ] || [ "${DATASET[$m]}" = coco ]; }; then
+        data="/tmp/realdata_x$REPEAT/${DATASET[$m]}"; tag+="_x$REPEAT"
+        [ -d "$data" ] || python3 benchmarks/repeat_records.py --data_dir="$REALDATA/${DATASET[$m]}" \
+          --copies="$REPEAT" --output_dir="$data" || exit 1
+      fi
+      ours "$m" 0 "${BATCH[$m]}" "realdata_fed$tag" --data_dir="$data" "${extra[@]}"
+      ours "$m" 0 "${BATCH[$m]}" "realdata_input_only$tag" --data_dir="$data" --input_only "${io[@]}"
     done ;;
   *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|precision|transformer|gnmt|maskrcnn|realdata" >&2
      exit 2 ;;

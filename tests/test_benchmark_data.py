@@ -69,3 +69,44 @@ def test_fed_and_input_only_on_the_demo_data(model, demo_cache, tmp_path):
 def test_input_only_needs_prepared_records():
     proc = run_cli("mlperf_keras.benchmark", "--model=ncf", "--input_only")
     assert proc.returncode == 2 and "--input_only times the input pipeline of prepared records" in proc.stderr
+
+
+def test_repeat_records_lists_the_training_files_n_times(demo_cache, tmp_path):
+    """benchmarks/repeat_records.py: a dataset the readers accept (manifest and file checks), whose training records
+    are the original's 3 times over, the other splits unchanged; training files not named as shards are refused."""
+    import collections
+    import os
+    import subprocess
+    import sys
+
+    from data_prep import demos
+    from mlperf_keras.inputs import manifest, record_reader
+    from tests.conftest import ROOT
+
+    data_dir = demos.prepare("resnet", demo_cache, log=lambda _: None)
+    out = tmp_path / "x3"
+    script = os.path.join(ROOT, "benchmarks", "repeat_records.py")
+    proc = subprocess.run([sys.executable, script, f"--data_dir={data_dir}", "--copies=3", f"--output_dir={out}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    original, repeated = manifest.read_manifest(data_dir, "resnet"), manifest.read_manifest(str(out), "resnet")
+    manifest.check_files(str(out), repeated)
+    assert repeated["counts"]["train_images"] == 3 * original["counts"]["train_images"]
+    assert repeated["counts"]["val_images"] == original["counts"]["val_images"]
+
+    def records(folder, man, split):
+        return collections.Counter(r for path in manifest.worker_files(folder, man, split, 0, 1)
+                                   for r in record_reader.iter_records(path))
+
+    once = records(data_dir, original, "train")
+    assert records(str(out), repeated, "train") == collections.Counter({r: 3 * n for r, n in once.items()})
+    assert records(str(out), repeated, "validation") == records(data_dir, original, "validation")
+
+    bad = dict(original, files=[dict(f, name="train.tfrecord") if f.get("split") == "train" else f
+                                for f in original["files"]][:1] + original["files"][1:])
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.json").write_text(json.dumps(bad))
+    proc = subprocess.run([sys.executable, script, f"--data_dir={tmp_path / 'bad'}", "--copies=2",
+                           f"--output_dir={tmp_path / 'bad_x2'}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "is not named as a shard" in proc.stderr
+    assert not (tmp_path / "bad_x2").exists()
