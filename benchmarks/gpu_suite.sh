@@ -19,7 +19,8 @@
 #                                          # INPUT_WORKERS=N plans ResNet's and SSD's batches in N processes,
 #                                          # INPUT_PIPELINE=gpu_hardware decodes ResNet's, SSD's and Mask R-CNN's
 #                                          # JPEGs on the GPU's JPEG engines only, REPEAT=N lists ImageNet's and
-#                                          # COCO's training files N times (epochs of many batches)
+#                                          # COCO's training files N times (epochs of many batches), FED_ONLY=1
+#                                          # skips the --input_only runs
 # STEPS=N timed steps (30), WARMUP=N warm-up steps (5) of each run of ours; its whole output goes to $OUT/ours.log.
 # TIMEOUT=S limits each run of ours to S seconds (a run past it prints FAILED and the suite goes on).
 # Each result is one JSON line appended to $OUT/results.jsonl.
@@ -160,7 +161,7 @@ case "${1:-}" in
           --copies="$REPEAT" --output_dir="$data" || exit 1
       fi
       ours "$m" 0 "${BATCH[$m]}" "realdata_fed$tag" --data_dir="$data" "${extra[@]}"
-      ours "$m" 0 "${BATCH[$m]}" "realdata_input_only$tag" --data_dir="$data" --input_only "${io[@]}"
+      [ -n "${FED_ONLY:-}" ] || ours "$m" 0 "${BATCH[$m]}" "realdata_input_only$tag" --data_dir="$data" --input_only "${io[@]}"
     done ;;
   *) echo "usage: bash benchmarks/gpu_suite.sh peers|scaling|precision|transformer|gnmt|maskrcnn|realdata" >&2
      exit 2 ;;
