@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements of benchmarks/RESULTS.md, for the lent device (repo root; wheels for keras, namex, optree and
-# mlperf-logging in .whl/, since the machine has JAX and PyTorch but no Keras):
+# mlperf-logging in .whl/, since the machine has JAX and PyTorch but no Keras; for realdata also google-crc32c and,
+# to decode on the GPU, nvidia-nvimgcodec-cu13 and nvidia-nvjpeg):
 #   bash benchmarks/gpu_suite.sh peers     # 1 GPU: ours (loop and bare step) and the PyTorch peer, per workload
 #   bash benchmarks/gpu_suite.sh scaling   # 1 and 2 GPUs, per-GPU batch fixed (weak scaling), JAX DataParallel
 #   bash benchmarks/gpu_suite.sh gnmt      # GNMT against its PyTorch peer on our own batch (eager and compiled),
