@@ -10,7 +10,8 @@ whose size is rounded up to a power of two keeps the jitted functions to a handf
 Without nvImageCodec, CuPy or a CUDA device the GPU decoder falls back to the host one, said once on the console.
 input_pipeline=gpu_hardware decodes on the GPU's hardware JPEG engines only (nvImageCodec's HW_GPU_ONLY backend:
 A100, H100 and H200 have them, T4 and V100 do not): slower alone than nvImageCodec's choice, which decodes region
-crops with CUDA kernels, but it leaves the SMs to the training step that runs beside it.
+crops with CUDA kernels (ResNet's crops on an H100: 16,101 against 22,660 images/s), but it leaves the SMs to the
+training step that runs beside it (ResNet-50 fed at 0.77 of its resident step against 0.71-0.72, one run).
 """
 from __future__ import annotations
 
