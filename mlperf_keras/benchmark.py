@@ -24,6 +24,9 @@ With --data_dir (prepared records) the batch above is the pipeline's first, and 
             several threads) and an untimed pass over them;
   resident  the same batches copied to the device first, then stepped back to back: what the step does on
             exactly that mix of shapes. fed / resident is the share of the step the input pipeline keeps up with.
+            Per fed batch, the time the loop waited for the pipeline's next batch and the time the step call took
+            to return (dispatch; it grows when the device's queue is full): waiting means the pipeline is behind,
+            a dispatch near the step's time with little waiting means the device is the bound.
 Host CPU is the process's user + system time over the wall time (cores busy; threads included, and processes
 the pipeline started and already waited for).
 With --input_only the model is not built: the input pipeline alone, its samples/s and host CPU-ms per sample.
@@ -216,11 +219,18 @@ def measure_fed(step, source, count_samples, steps: int, warmup: int, say=None) 
     batches = _stream(source)
     run(itertools.islice(batches, warmup))
     cpu, start, samples, seen = _host_cpu_s(), time.perf_counter(), 0, []
-    loss = None
-    for x, y in itertools.islice(batches, steps):
-        loss = step(x, y)
-        samples += count_samples((x, y))
-        seen.append((x, y))
+    loss, waited, dispatched = None, 0.0, 0.0
+    timed = itertools.islice(batches, steps)
+    while True:
+        asked = time.perf_counter()
+        batch = next(timed, None)
+        got = time.perf_counter()
+        if batch is None:
+            break
+        loss = step(*batch)
+        waited, dispatched = waited + got - asked, dispatched + time.perf_counter() - got
+        samples += count_samples(batch)
+        seen.append(batch)
     _block(loss)
     fed_s, cpu = time.perf_counter() - start, _host_cpu_s() - cpu
     resident = [step.to_device(batch) for batch in seen]
@@ -229,7 +239,8 @@ def measure_fed(step, source, count_samples, steps: int, warmup: int, say=None) 
     resident_s = time.perf_counter() - start
     return {**compiled, "fed_samples_per_s": samples / fed_s, "resident_samples_per_s": samples / resident_s,
             "fed_vs_resident": resident_s / fed_s, "fed_host_cores_busy": cpu / fed_s,
-            "fed_host_cpu_ms_per_sample": 1e3 * cpu / samples, "fed_batches": steps}
+            "fed_host_cpu_ms_per_sample": 1e3 * cpu / samples, "fed_batches": steps,
+            "fed_wait_ms_per_batch": 1e3 * waited / steps, "fed_dispatch_ms_per_batch": 1e3 * dispatched / steps}
 
 
 def measure_decode(evaluator, num_batches: int) -> dict:
@@ -408,7 +419,8 @@ def main(argv):
                   f"({result['fed_batches']} batches), {result['fed_vs_resident']:.1%} of the same batches "
                   f"resident on the device ({_rate(result['resident_samples_per_s'])} {unit}/s); host "
                   f"{result['fed_host_cores_busy']:.1f} cores busy, {result['fed_host_cpu_ms_per_sample']:.3g} "
-                  f"CPU-ms per {_singular(unit)}")
+                  f"CPU-ms per {_singular(unit)}; per batch {result['fed_wait_ms_per_batch']:.2f} ms waiting for "
+                  f"it, {result['fed_dispatch_ms_per_batch']:.2f} ms in the step call")
         if "demo" in result:
             demo = result["demo"]
             print(f"  demo  {demo['steps_per_epoch']} steps ({demo['epoch_samples']:,} {unit}) per epoch; start-up "

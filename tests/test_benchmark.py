@@ -86,3 +86,37 @@ def test_demo_benchmark_times_the_demo_and_what_the_estimate_needs(tmp_path):
     assert demo["first_eval_s"] > 0 and demo["eval_s"] > 0 and result["first_step_s"] > 0
     refused = run_cli("mlperf_keras.benchmark", "--model=ncf", "--demo", "--synthetic")
     assert refused.returncode == 2 and "--demo times the built-in demo" in refused.stderr
+
+
+@pytest.mark.parametrize("slow", ["pipeline", "step"])
+def test_fed_time_is_split_into_waiting_for_batches_and_step_calls(slow):
+    """measure_fed's per-batch split: a pipeline that takes 20 ms a batch shows up as waiting, a step call that takes
+    20 ms as dispatch (each bucket at least the sleep it holds; no speed asserted)."""
+    import time
+
+    import numpy as np
+
+    from mlperf_keras import benchmark
+
+    class Source:
+        def batches(self, epoch):
+            for _ in range(3):
+                if slow == "pipeline":
+                    time.sleep(0.02)
+                yield np.zeros(2), np.zeros(2)
+
+    class Step:
+        def __call__(self, x, y):
+            if slow == "step":
+                time.sleep(0.02)
+            return 1.0
+
+        def to_device(self, batch):
+            return batch
+
+    result = benchmark.measure_fed(Step(), Source(), lambda batch: 2, steps=4, warmup=1)
+    slow_key, fast_key = (("fed_wait_ms_per_batch", "fed_dispatch_ms_per_batch") if slow == "pipeline" else
+                          ("fed_dispatch_ms_per_batch", "fed_wait_ms_per_batch"))
+    assert result[slow_key] >= 19.9   # every batch (or step call) sleeps 20 ms
+    assert result[slow_key] > result[fast_key]
+    assert result["fed_batches"] == 4
