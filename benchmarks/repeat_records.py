@@ -36,7 +36,7 @@ flags.DEFINE_integer("copies", 10, "How many times the training files are listed
 flags.DEFINE_string("output_dir", None, "Where to write the links and the manifest (created; must not exist).")
 flags.mark_flags_as_required(["data_dir", "output_dir"])
 
-_SHARD = re.compile(r"^(?P<stem>.*-)(?P<index>\d+)-of-(?P<total>\d+)(?P<suffix>.*)$")
+_SHARD = re.compile(r"^(?P<stem>.*-)(?P<index>\d+)-of-\d+(?P<suffix>.*)$")
 
 
 def repeated_manifest(manifest: dict, copies: int, source: str) -> tuple[dict, list[tuple[str, str]]]:
@@ -44,18 +44,16 @@ def repeated_manifest(manifest: dict, copies: int, source: str) -> tuple[dict, l
     train = [f for f in manifest["files"] if f.get("split") == "train"]
     if not train:
         raise manifests.DataError(f"{source}: the manifest lists no training files")
+    shards = [_SHARD.match(entry["name"]) for entry in train]
+    for entry, match in zip(train, shards):
+        if match is None:
+            raise manifests.DataError(f"{source}: training file {entry['name']!r} is not named as a shard "
+                                      f"(name-NNNNN-of-NNNNN)")
     total = len(train) * copies
-    links, files = [], []
-    for entry in manifest["files"]:
-        if entry.get("split") != "train":
-            links.append((entry["name"], entry["name"]))
-            files.append(dict(entry))
+    links = [(entry["name"], entry["name"]) for entry in manifest["files"] if entry.get("split") != "train"]
+    files = [dict(entry) for entry in manifest["files"] if entry.get("split") != "train"]
     for copy in range(copies):
-        for index, entry in enumerate(train):
-            match = _SHARD.match(entry["name"])
-            if match is None:
-                raise manifests.DataError(f"{source}: training file {entry['name']!r} is not named as a shard "
-                                          f"(name-NNNNN-of-NNNNN)")
+        for index, (entry, match) in enumerate(zip(train, shards)):
             width = len(match["index"])
             name = f"{match['stem']}{copy * len(train) + index:0{width}d}-of-{total:0{width}d}{match['suffix']}"
             links.append((name, entry["name"]))

@@ -220,17 +220,15 @@ def measure_fed(step, source, count_samples, steps: int, warmup: int, say=None) 
     run(itertools.islice(batches, warmup))
     cpu, start, samples, seen = _host_cpu_s(), time.perf_counter(), 0, []
     loss, waited, dispatched = None, 0.0, 0.0
-    timed = itertools.islice(batches, steps)
-    while True:
-        asked = time.perf_counter()
-        batch = next(timed, None)
+    asked = start
+    for batch in itertools.islice(batches, steps):
         got = time.perf_counter()
-        if batch is None:
-            break
         loss = step(*batch)
-        waited, dispatched = waited + got - asked, dispatched + time.perf_counter() - got
+        returned = time.perf_counter()
+        waited, dispatched = waited + got - asked, dispatched + returned - got
         samples += count_samples(batch)
         seen.append(batch)
+        asked = time.perf_counter()
     _block(loss)
     fed_s, cpu = time.perf_counter() - start, _host_cpu_s() - cpu
     resident = [step.to_device(batch) for batch in seen]

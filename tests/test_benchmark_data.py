@@ -102,8 +102,9 @@ def test_repeat_records_lists_the_training_files_n_times(demo_cache, tmp_path):
     assert records(str(out), repeated, "train") == collections.Counter({r: 3 * n for r, n in once.items()})
     assert records(str(out), repeated, "validation") == records(data_dir, original, "validation")
 
-    bad = dict(original, files=[dict(f, name="train.tfrecord") if f.get("split") == "train" else f
-                                for f in original["files"]][:1] + original["files"][1:])
+    first, *rest = original["files"]
+    assert first["split"] == "train"
+    bad = dict(original, files=[dict(first, name="train.tfrecord")] + rest)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "manifest.json").write_text(json.dumps(bad))
     proc = subprocess.run([sys.executable, script, f"--data_dir={tmp_path / 'bad'}", "--copies=2",

@@ -250,10 +250,12 @@ def test_choose_pipeline(monkeypatch):
     assert jpeg_batches.choose_pipeline("gpu_hardware") == "gpu_hardware"
 
 
-def test_gpu_pipelines_fall_back_to_the_host_decoder_without_a_gpu(monkeypatch, capsys):
+@pytest.mark.parametrize("pipeline", ["gpu", "gpu_hardware"])
+def test_gpu_pipelines_fall_back_to_the_host_decoder_without_a_gpu(pipeline, monkeypatch, capsys):
     monkeypatch.setattr(jpeg_batches, "gpu_decoder_missing", lambda: "no CUDA device for JAX")
-    for pipeline in ("gpu", "gpu_hardware"):
-        assert jpeg_batches.make_decoder(pipeline, threads=1).name == "host"
+    monkeypatch.setattr(jpeg_batches, "_said", set())       # each pipeline says why, in a fresh process
+    monkeypatch.setattr(jpeg_batches, "_decoders", {})
+    assert jpeg_batches.make_decoder(pipeline, threads=1).name == "host"
     assert "JPEGs decoded on the host (PIL, 1 threads): no CUDA device for JAX" in capsys.readouterr().out
 
 
