@@ -24,6 +24,9 @@
 #                                          # skips the --input_only runs
 # STEPS=N timed steps (30), WARMUP=N warm-up steps (5) of each run of ours; its whole output goes to $OUT/ours.log.
 # TIMEOUT=S limits each run of ours to S seconds (a run past it prints FAILED and the suite goes on).
+# PROFILE=gil samples each run of ours with py-spy (its wheel in .whl/), 100 times a second, the stack of the thread
+# holding the GIL; PROFILE=all every thread's, waiting ones too: $OUT/<model>_<tag>.<gil|all>.pyspy (py-spy's raw
+# format, a "thread;frames count" line per stack; benchmarks/experiments/pyspy_threads.py sums it per thread).
 # Each result is one JSON line appended to $OUT/results.jsonl.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_suite}
@@ -48,15 +51,19 @@ ours_seq_len() {  # the padded length of the batch our 1-GPU run measured (the p
 }
 
 ours() {  # model gpus global_batch tag [--variant="variant flags" | other benchmark flags]
-  local json="$RUNS/$1_$4.json" m=$1 gpus=$2 batch=$3 tag=$4 entry=(-m mlperf_keras.benchmark)
+  local json="$RUNS/$1_$4.json" m=$1 gpus=$2 batch=$3 tag=$4 entry=(-m mlperf_keras.benchmark) profile=()
   shift 4
+  case "${PROFILE:-}" in
+    gil) profile=(/tmp/site/bin/py-spy record --gil --threads --nonblocking -r 100 -f raw -o "$OUT/${m}_$tag.gil.pyspy" --) ;;
+    all) profile=(/tmp/site/bin/py-spy record --idle --threads --nonblocking -r 100 -f raw -o "$OUT/${m}_$tag.all.pyspy" --) ;;
+  esac
   if [[ "${1:-}" == --variant=* ]]; then
     read -ra entry <<< "benchmarks/experiments/transformer_variants.py ${1#--variant=} --"
     shift
   fi
   # --ruleset=0.5: the round every figure in RESULTS.md was measured at (ResNet's default is now 0.7, LARS; the
   # peers use SGD, as v0.5).
-  CUDA_VISIBLE_DEVICES=$gpus ${TIMEOUT:+timeout "$TIMEOUT"} python3 "${entry[@]}" --model="$m" --backend=jax \
+  CUDA_VISIBLE_DEVICES=$gpus ${TIMEOUT:+timeout "$TIMEOUT"} "${profile[@]}" python3 "${entry[@]}" --model="$m" --backend=jax \
     --flagfile=flags/h200.flags --ruleset=0.5 --batch_size="$batch" --steps="$STEPS" --warmup_steps="$WARMUP" \
     --json_out="$json" "$@" 2>&1 | tee -a "$OUT/ours.log" \
     | grep -E "^ |on [0-9]+ x|^variant|decoding on|pipeline alone" || echo "FAILED: $m $tag"

@@ -1,5 +1,6 @@
 """Where ResNet's and SSD's GPU input batches spend their time, on prepared records (a device investigation):
-nvImageCodec's region decodes of one batch's crop windows alone, per backend; the whole canvas (decodes and copies,
+the host half (records read, parsed, each batch planned) as one pass; nvImageCodec's region decodes of one batch's
+crop windows alone, per backend; the whole canvas (decodes and copies,
 inputs/jpeg_batches.GpuDecoder); the jitted resize; host CPU per batch for each.
 
     python benchmarks/experiments/gpu_decode_parts.py --data_dir=.cache/realdata/imagenet [--backend=HW_GPU_ONLY]
@@ -33,13 +34,18 @@ def main():
 
     paths = sorted(glob.glob(os.path.join(args.data_dir, "train-*")))
     common = dict(seed=1, epoch=0, rank=0, batch_size=args.batch_size, num_batches=args.batches, cycle_length=10)
+    # the host half (read, parse, plan) of the batches, timed as one pass: the pipeline's first stage on its own
+    plan_cpu, plan_start = time.process_time(), time.perf_counter()
     if args.model == "resnet":
         plans = list(imagenet_gpu._train_plans(paths, image_size=224, crop=image_geometry.CropParams(),
                                                shuffle_buffer=10_000, label_offset=0, **common))
     else:
         plans = [(p.jpegs, p.geometry, p) for p in ssd_jax._train_plans(
             paths, max_samples=1, shuffle_buffer=4096, skip_crowd=False, size=300, max_rounds=50, **common)]
+    plan_wall, plan_cpu = time.perf_counter() - plan_start, time.process_time() - plan_cpu
     result = {"model": args.model, "backend": args.backend, "batch_size": args.batch_size, "batches": args.batches,
+              "plan_images_per_s": args.batches * args.batch_size / plan_wall,
+              "plan_host_cpu_ms_per_batch": 1e3 * plan_cpu / args.batches,
               "mean_jpeg_kb": sum(len(j) for p in plans for j in p[0]) / (1024 * len(plans) * args.batch_size),
               "device": str(jax.devices()[0])}
 
