@@ -5,6 +5,7 @@ inputs/jpeg_batches.GpuDecoder); the jitted resize; host CPU per batch for each.
 
     python benchmarks/experiments/gpu_decode_parts.py --data_dir=.cache/realdata/imagenet [--backend=HW_GPU_ONLY]
     python benchmarks/experiments/gpu_decode_parts.py --model=ssd --data_dir=.cache/realdata/coco --batch_size=128
+    ... --busy_gpu   the same while another thread keeps the GPU busy (as the train step does, fed)
 
 One backend per process (a second nvImageCodec decoder in one process has crashed on an H100). Prints one JSON line.
 """
@@ -24,6 +25,9 @@ def main():
     parser.add_argument("--backend", default="default", help="default, HW_GPU_ONLY, HYBRID_CPU_GPU or GPU_ONLY")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--busy_gpu", action="store_true",
+                        help="time the GPU parts while another thread keeps JAX's stream busy (a chain of bf16 "
+                             "matmuls, at most two calls queued), as a training step does when the pipeline is fed")
     args = parser.parse_args()
 
     import cupy as cp
@@ -48,6 +52,10 @@ def main():
               "plan_host_cpu_ms_per_batch": 1e3 * plan_cpu / args.batches,
               "mean_jpeg_kb": sum(len(j) for p in plans for j in p[0]) / (1024 * len(plans) * args.batch_size),
               "device": str(jax.devices()[0])}
+
+    busy = _BusyGpu() if args.busy_gpu else None
+    if busy:
+        result["busy_gpu_ms_per_call"] = busy.start()
 
     def timed(fn, label):
         for p in plans[:2]:
@@ -100,8 +108,50 @@ def main():
 
             counter = iter(range(10**9))
             timed(lambda p: augment(next(counter)), "resize_jitter_targets")
+    if busy:
+        result["busy_gpu_calls_during_timing"] = busy.stop()
     print(json.dumps(result), flush=True)
     stream.synchronize()
+
+
+class _BusyGpu:
+    """A thread that keeps JAX's compute stream busy, as the train step does in a fed run: does a decode slow down
+    because the SMs are shared (then the hardware backend should not), or because something in it waits for the
+    device (then both do)?"""
+
+    def __init__(self):
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.calls = 0
+
+    def start(self) -> float:
+        import jax
+        import jax.numpy as jnp
+
+        self._x = jnp.ones((8192, 8192), jnp.bfloat16)
+        self._fn = jax.jit(lambda x: jax.lax.fori_loop(0, 20, lambda _, y: (y @ x) * 1e-4, x))
+        jax.block_until_ready(self._fn(self._x))
+        start = time.perf_counter()
+        jax.block_until_ready(self._fn(self._x))
+        self._thread.start()
+        return 1e3 * (time.perf_counter() - start)
+
+    def _run(self):
+        import jax
+
+        pending = []
+        while not self._stop.is_set():
+            pending.append(self._fn(self._x))
+            self.calls += 1
+            if len(pending) >= 2:
+                jax.block_until_ready(pending.pop(0))
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.calls
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ Without nvImageCodec, CuPy or a CUDA device the GPU decoder falls back to the ho
 input_pipeline=gpu_hardware decodes on the GPU's hardware JPEG engines only (nvImageCodec's HW_GPU_ONLY backend:
 A100, H100 and H200 have them, T4 and V100 do not): slower alone than nvImageCodec's choice, which decodes region
 crops with CUDA kernels (ResNet's crops on an H100: 16,101 against 22,660 images/s), but it leaves the SMs to the
-training step that runs beside it (ResNet-50 fed at 0.77 of its resident step against 0.71-0.72, one run).
+training step that runs beside it. That has not made feeding faster: ResNet-50 fed at 0.77 of its resident step
+against 0.71-0.72 on one H100, at 0.66 against 0.66-0.69 on another.
 """
 from __future__ import annotations
 

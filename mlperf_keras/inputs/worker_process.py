@@ -5,7 +5,9 @@ Why: in one process the pipeline's Python shares the interpreter with the thread
 an H100, ResNet-50's GPU-decode pipeline alone delivered 1.23x the step's rate at 1.2 host cores, and fed the step
 at 0.74 of it. A worker process has its own interpreter. One worker planning every batch was slower than that
 thread (alone 4,974 images/s, fed 0.67, another H100), so the pipelines plan in a thread unless asked for workers
-(hparam input_workers); with N workers each plans every N-th batch (`stream(..., workers=N)`).
+(hparam input_workers); with N workers each plans every N-th batch (`stream(..., workers=N)`). Measured since,
+on one H100: two workers fed ResNet-50 at 0.68 against 0.66-0.69 from the thread, three at 0.58, SSD 0.60 against
+0.62-0.66; so the plan is not what limits the pipeline there (its GPU decode stage is: benchmarks/RESULTS.md).
 
 A long-lived worker serves one stream at a time (a pipeline asks for one per epoch, so a worker is started once,
 not once an epoch); a stream open at the same time gets another worker. Workers are spawned, not forked (the
