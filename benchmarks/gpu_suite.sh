@@ -53,9 +53,10 @@ ours_seq_len() {  # the padded length of the batch our 1-GPU run measured (the p
 ours() {  # model gpus global_batch tag [--variant="variant flags" | other benchmark flags]
   local json="$RUNS/$1_$4.json" m=$1 gpus=$2 batch=$3 tag=$4 entry=(-m mlperf_keras.benchmark) profile=()
   shift 4
+  local spy=(/tmp/site/bin/py-spy record --threads --nonblocking -r 100 -f raw)
   case "${PROFILE:-}" in
-    gil) profile=(/tmp/site/bin/py-spy record --gil --threads --nonblocking -r 100 -f raw -o "$OUT/${m}_$tag.gil.pyspy" --) ;;
-    all) profile=(/tmp/site/bin/py-spy record --idle --threads --nonblocking -r 100 -f raw -o "$OUT/${m}_$tag.all.pyspy" --) ;;
+    gil) profile=("${spy[@]}" --gil -o "$OUT/${m}_$tag.gil.pyspy" --) ;;
+    all) profile=("${spy[@]}" --idle -o "$OUT/${m}_$tag.all.pyspy" --) ;;
   esac
   if [[ "${1:-}" == --variant=* ]]; then
     read -ra entry <<< "benchmarks/experiments/transformer_variants.py ${1#--variant=} --"
@@ -63,8 +64,8 @@ ours() {  # model gpus global_batch tag [--variant="variant flags" | other bench
   fi
   # --ruleset=0.5: the round every figure in RESULTS.md was measured at (ResNet's default is now 0.7, LARS; the
   # peers use SGD, as v0.5).
-  CUDA_VISIBLE_DEVICES=$gpus ${TIMEOUT:+timeout "$TIMEOUT"} "${profile[@]}" python3 "${entry[@]}" --model="$m" --backend=jax \
-    --flagfile=flags/h200.flags --ruleset=0.5 --batch_size="$batch" --steps="$STEPS" --warmup_steps="$WARMUP" \
+  CUDA_VISIBLE_DEVICES=$gpus ${TIMEOUT:+timeout "$TIMEOUT"} "${profile[@]}" python3 "${entry[@]}" --model="$m" \
+    --backend=jax --flagfile=flags/h200.flags --ruleset=0.5 --batch_size="$batch" --steps="$STEPS" --warmup_steps="$WARMUP" \
     --json_out="$json" "$@" 2>&1 | tee -a "$OUT/ours.log" \
     | grep -E "^ |on [0-9]+ x|^variant|decoding on|pipeline alone" || echo "FAILED: $m $tag"
   [ -f "$json" ] && python3 -c "import json,sys; d=json.load(open('$json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"

@@ -1,7 +1,7 @@
 """Where ResNet's and SSD's GPU input batches spend their time, on prepared records (a device investigation):
 the host half (records read, parsed, each batch planned) as one pass; nvImageCodec's region decodes of one batch's
-crop windows alone, per backend; the whole canvas (decodes and copies,
-inputs/jpeg_batches.GpuDecoder); the jitted resize; host CPU per batch for each.
+crop windows alone, per backend, and reusing the previous batch's output images; the whole canvas (decodes and
+copies, inputs/jpeg_batches.GpuDecoder); the jitted resize; host CPU per batch for each.
 
     python benchmarks/experiments/gpu_decode_parts.py --data_dir=.cache/realdata/imagenet [--backend=HW_GPU_ONLY]
     python benchmarks/experiments/gpu_decode_parts.py --model=ssd --data_dir=.cache/realdata/coco --batch_size=128
@@ -85,8 +85,18 @@ def main():
         stream.synchronize()
         assert all(i is not None for i in images)
 
+    reused: list = []
+
+    def decode_reusing(p):
+        # nvImageCodec's decode(images=...): the previous batch's output images resized and reused, not allocated anew
+        images = nvdecoder.decode(streams_of(p), images=reused or None, cuda_stream=stream.ptr)
+        stream.synchronize()
+        assert all(i is not None for i in images)
+        reused[:] = images
+
     timed(lambda p: streams_of(p), "code_streams_only")
     timed(decode_only, "region_decode")
+    timed(decode_reusing, "region_decode_reusing_images")
     if args.backend == "default":
         timed(lambda p: jax.block_until_ready(decoder.canvas(p[0], p[1])), "canvas")
         canvases = [(decoder.canvas(p[0], p[1]), p[1]) for p in plans[:2]]
