@@ -65,8 +65,8 @@ ours() {  # model gpus global_batch tag [--variant="variant flags" | other bench
   # --ruleset=0.5: the round every figure in RESULTS.md was measured at (ResNet's default is now 0.7, LARS; the
   # peers use SGD, as v0.5).
   CUDA_VISIBLE_DEVICES=$gpus ${TIMEOUT:+timeout "$TIMEOUT"} "${profile[@]}" python3 "${entry[@]}" --model="$m" \
-    --backend=jax --flagfile=flags/h200.flags --ruleset=0.5 --batch_size="$batch" --steps="$STEPS" --warmup_steps="$WARMUP" \
-    --json_out="$json" "$@" 2>&1 | tee -a "$OUT/ours.log" \
+    --backend=jax --flagfile=flags/h200.flags --ruleset=0.5 --batch_size="$batch" --steps="$STEPS" \
+    --warmup_steps="$WARMUP" --json_out="$json" "$@" 2>&1 | tee -a "$OUT/ours.log" \
     | grep -E "^ |on [0-9]+ x|^variant|decoding on|pipeline alone" || echo "FAILED: $m $tag"
   [ -f "$json" ] && python3 -c "import json,sys; d=json.load(open('$json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
 }

@@ -80,23 +80,18 @@ def main():
         return [nv.CodeStream(j).get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w)))
                 for j, (y, x, h, w) in zip(p[0], p[1].windows)]
 
-    def decode_only(p):
-        images = nvdecoder.decode(streams_of(p), cuda_stream=stream.ptr)
+    def decode_only(p, reused: list | None = None):
+        # reused: nvImageCodec's decode(images=...), the previous batch's output images resized and reused
+        images = nvdecoder.decode(streams_of(p), cuda_stream=stream.ptr, **({"images": reused} if reused else {}))
         stream.synchronize()
         assert all(i is not None for i in images)
-
-    reused: list = []
-
-    def decode_reusing(p):
-        # nvImageCodec's decode(images=...): the previous batch's output images resized and reused, not allocated anew
-        images = nvdecoder.decode(streams_of(p), images=reused or None, cuda_stream=stream.ptr)
-        stream.synchronize()
-        assert all(i is not None for i in images)
-        reused[:] = images
+        if reused is not None:
+            reused[:] = images
 
     timed(lambda p: streams_of(p), "code_streams_only")
     timed(decode_only, "region_decode")
-    timed(decode_reusing, "region_decode_reusing_images")
+    reused: list = []
+    timed(lambda p: decode_only(p, reused), "region_decode_reusing_images")
     if args.backend == "default":
         timed(lambda p: jax.block_until_ready(decoder.canvas(p[0], p[1])), "canvas")
         canvases = [(decoder.canvas(p[0], p[1]), p[1]) for p in plans[:2]]

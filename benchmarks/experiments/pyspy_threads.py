@@ -21,7 +21,7 @@ def summarize(lines, only: str | None = None):
         if not stack or not count.isdigit():
             continue
         frames = stack.split(";")
-        thread = re.sub(r"\(\d+\)", "", frames[0]).replace("thread :", "").strip() or "(unnamed)"
+        thread = re.sub(r"^thread \(\d+\):?", "", frames[0]).strip() or "(unnamed)"   # "thread (123): name"
         if only and thread == "MainThread" and not any(f.startswith(only + " ") for f in frames):
             continue
         ours = [f for f in frames[1:] if "mlperf_keras/" in f]
