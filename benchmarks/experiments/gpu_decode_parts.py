@@ -5,9 +5,17 @@ copies, inputs/jpeg_batches.GpuDecoder); the jitted resize; host CPU per batch f
 
     python benchmarks/experiments/gpu_decode_parts.py --data_dir=.cache/realdata/imagenet [--backend=HW_GPU_ONLY]
     python benchmarks/experiments/gpu_decode_parts.py --model=ssd --data_dir=.cache/realdata/coco --batch_size=128
-    ... --busy_gpu   the same while another thread keeps the GPU busy (as the train step does, fed)
+    ... --loads=none,jax,cupy_nonblocking,cupy_blocking,python   the GPU parts again beside each load (below)
 
-One backend per process (a second nvImageCodec decoder in one process has crashed on an H100). Prints one JSON line.
+A load is a thread started beside the timed parts, as the train step runs beside the pipeline when fed: `jax` keeps
+JAX's stream busy (chained 4096^2 bf16 matmuls, at most two calls queued, as a fed step does); `cupy_nonblocking`
+and `cupy_blocking` do the same work on a CuPy stream created non-blocking or blocking (a blocking stream waits for,
+and is waited on by, work on CUDA's legacy default stream); `python` holds the interpreter in a pure-Python loop
+(the planning thread's share of the GIL). If a decode slows beside `jax` but not beside `cupy_nonblocking`, it waits
+on the device through a synchronising call rather than sharing the SMs; `python` shows the GIL's share.
+
+One backend per process (a second nvImageCodec decoder of another backend in one process has crashed on an H100);
+region_decode_threads makes --decode_threads decoders of the one backend. Prints a JSON line a load.
 """
 from __future__ import annotations
 
@@ -15,7 +23,10 @@ import argparse
 import glob
 import json
 import os
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # fed_decoder_variants, beside this file
 
 
 def main():
@@ -25,13 +36,23 @@ def main():
     parser.add_argument("--backend", default="default", help="default, HW_GPU_ONLY, HYBRID_CPU_GPU or GPU_ONLY")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--batches", type=int, default=12)
-    parser.add_argument("--busy_gpu", action="store_true",
-                        help="time the GPU parts while another thread keeps JAX's stream busy (a chain of bf16 "
-                             "matmuls, at most two calls queued), as a training step does when the pipeline is fed")
+    parser.add_argument("--loads", default="none",
+                        help="comma-separated loads to time the GPU parts beside, each in turn: " + ", ".join(LOADS))
+    parser.add_argument("--parts", default="",
+                        help="comma-separated parts to time (default all): " + ", ".join(PARTS))
+    parser.add_argument("--decode_threads", type=int, default=2,
+                        help="threads for the region_decode_threads part, each with its own decoder and stream")
+    parser.add_argument("--stream_priority", choices=("normal", "high"), default="normal",
+                        help="the decoders' CUDA streams' priority (fed_decoder_variants.py)")
+    parser.add_argument("--options", default="", help="nvImageCodec Decoder(options=...), default backend only")
     args = parser.parse_args()
+    wanted = set(args.parts.split(",")) if args.parts else set(PARTS)
+    if wanted - set(PARTS):
+        parser.error(f"unknown parts {sorted(wanted - set(PARTS))}; known: {', '.join(PARTS)}")
 
     import cupy as cp
     import jax
+    from fed_decoder_variants import make_state
     from nvidia import nvimgcodec as nv
 
     from mlperf_keras.inputs import image_geometry, imagenet_gpu, jpeg_batches, ssd_jax, ssd_jax_augment
@@ -53,105 +74,181 @@ def main():
               "mean_jpeg_kb": sum(len(j) for p in plans for j in p[0]) / (1024 * len(plans) * args.batch_size),
               "device": str(jax.devices()[0])}
 
-    busy = _BusyGpu() if args.busy_gpu else None
-    if busy:
-        result["busy_gpu_ms_per_call"] = busy.start()
+    loads = args.loads.split(",")
+    unknown = [load for load in loads if load not in LOADS]
+    if unknown:
+        parser.error(f"unknown loads {unknown}; known: {', '.join(LOADS)}")
 
-    def timed(fn, label):
-        for p in plans[:2]:
-            fn(p)
-        cpu, start = time.process_time(), time.perf_counter()
-        for p in plans[2:]:
-            fn(p)
-        wall = time.perf_counter() - start
-        images = (len(plans) - 2) * args.batch_size
-        result[f"{label}_images_per_s"] = images / wall
-        result[f"{label}_host_cpu_ms_per_batch"] = 1e3 * (time.process_time() - cpu) / (len(plans) - 2)
+    def new_state() -> tuple:
+        if args.backend == "default":
+            state = make_state(False, args.stream_priority, 0, args.options)
+            return state["decoder"], state["stream"]
+        priority = {"priority": -100} if args.stream_priority == "high" else {}
+        return (nv.Decoder(backends=[nv.Backend(getattr(nv.BackendKind, args.backend))]),
+                cp.cuda.Stream(non_blocking=True, **priority))
 
+    nvdecoder, stream = new_state()
     if args.backend == "default":
+        jpeg_batches._gpu_state.update(decoder=nvdecoder, stream=stream, hardware=False)
         decoder = jpeg_batches.make_decoder("gpu")
         assert decoder.name == "gpu", jpeg_batches.gpu_decoder_missing()
-        nvdecoder, stream = jpeg_batches._gpu_decoder_state()
-    else:
-        nvdecoder = nv.Decoder(backends=[nv.Backend(getattr(nv.BackendKind, args.backend))])
-        stream = cp.cuda.Stream(non_blocking=True)
 
     def streams_of(p):
         return [nv.CodeStream(j).get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w)))
                 for j, (y, x, h, w) in zip(p[0], p[1].windows)]
 
-    def decode_only(p, reused: list | None = None):
+    call_ms: list = []
+
+    def decode_only(p, reused: list | None = None, state: tuple | None = None):
         # reused: nvImageCodec's decode(images=...), the previous batch's output images resized and reused
-        images = nvdecoder.decode(streams_of(p), cuda_stream=stream.ptr, **({"images": reused} if reused else {}))
-        stream.synchronize()
+        dec, st = state or (nvdecoder, stream)
+        start = time.perf_counter()
+        images = dec.decode(streams_of(p), cuda_stream=st.ptr, **({"images": reused} if reused else {}))
+        call_ms.append(1e3 * (time.perf_counter() - start))   # the call's return, before the stream is waited on
+        st.synchronize()
         assert all(i is not None for i in images)
         if reused is not None:
             reused[:] = images
 
-    timed(lambda p: streams_of(p), "code_streams_only")
-    timed(decode_only, "region_decode")
-    reused: list = []
-    timed(lambda p: decode_only(p, reused), "region_decode_reusing_images")
+    threads: list = []
+    if "region_decode_threads" in wanted:   # decoders made up front: making one while others decode is untested
+        import concurrent.futures
+
+        states = [(nvdecoder, stream)] + [new_state() for _ in range(args.decode_threads - 1)]
+        pool = concurrent.futures.ThreadPoolExecutor(args.decode_threads)
+
+        def decode_in_threads(p):
+            # the batch split into one part a thread, each decoded by its own decoder: decodes in flight at once
+            n = len(states)
+            parts_of = [((p[0][k::n], jpeg_batches.CanvasLayout(p[1].windows[k::n], p[1].valid[k::n])), states[k])
+                        for k in range(n)]
+            list(pool.map(lambda a: decode_only(a[0], state=a[1]), parts_of))
+
+        threads.append(decode_in_threads)
+
+    canvases = []
     if args.backend == "default":
-        timed(lambda p: jax.block_until_ready(decoder.canvas(p[0], p[1])), "canvas")
         canvases = [(decoder.canvas(p[0], p[1]), p[1]) for p in plans[:2]]
 
-        def resize(i):
-            canvas, geometry = canvases[i % 2]
-            jax.block_until_ready(jpeg_batches.resize_from_canvas(canvas, geometry.taps(), geometry.valid))
+    def resize(i):
+        canvas, geometry = canvases[i % 2]
+        jax.block_until_ready(jpeg_batches.resize_from_canvas(canvas, geometry.taps(), geometry.valid))
 
-        counter = iter(range(10**9))
-        timed(lambda p: resize(next(counter)), "resize")
-        timed(lambda p: jax.block_until_ready(jpeg_batches.resize_from_canvas(
-            decoder.canvas(p[0], p[1]), p[1].taps(), p[1].valid)), "canvas_and_resize")
-        if args.model == "ssd":   # the GPU half of SSD's batch on a decoded canvas: resize, jitter, targets
-            def augment(i):
-                canvas, geometry = canvases[i % 2]
-                t = plans[i % 2][2]
-                jax.block_until_ready(ssd_jax_augment.train_images_and_targets(
-                    canvas, geometry.taps(), t.factors, t.order, t.gt, t.gt_labels, t.gt_valid))
+    def augment(i):   # the GPU half of SSD's batch on a decoded canvas: resize, jitter, targets
+        canvas, geometry = canvases[i % 2]
+        t = plans[i % 2][2]
+        jax.block_until_ready(ssd_jax_augment.train_images_and_targets(
+            canvas, geometry.taps(), t.factors, t.order, t.gt, t.gt_labels, t.gt_valid))
 
-            counter = iter(range(10**9))
-            timed(lambda p: augment(next(counter)), "resize_jitter_targets")
-    if busy:
-        result["busy_gpu_calls_during_timing"] = busy.stop()
-    print(json.dumps(result), flush=True)
+    result["loads"] = {}
+    for load in loads:
+        parts: dict = {}
+
+        def timed(fn, label):
+            for p in plans[:2]:
+                fn(p)
+            del call_ms[:]
+            cpu, start = time.process_time(), time.perf_counter()
+            for p in plans[2:]:
+                fn(p)
+            wall = time.perf_counter() - start
+            images = (len(plans) - 2) * args.batch_size
+            parts[f"{label}_images_per_s"] = images / wall
+            parts[f"{label}_host_cpu_ms_per_batch"] = 1e3 * (time.process_time() - cpu) / (len(plans) - 2)
+            if call_ms:
+                parts[f"{label}_call_returns_ms"] = sum(call_ms) / len(call_ms)
+
+        busy = _Load(load, cp) if load != "none" else None
+        if busy:
+            parts["load_ms_per_call_alone"] = busy.start()
+        runs = {"code_streams_only": lambda p: streams_of(p), "region_decode": decode_only}
+        reused: list = []
+        runs["region_decode_reusing_images"] = lambda p: decode_only(p, reused)
+        if threads:
+            runs["region_decode_threads"] = threads[0]
+        if args.backend == "default":
+            resizes, augments = iter(range(10**9)), iter(range(10**9))
+            runs.update(
+                canvas=lambda p: jax.block_until_ready(decoder.canvas(p[0], p[1])),
+                resize=lambda p: resize(next(resizes)),
+                canvas_and_resize=lambda p: jax.block_until_ready(jpeg_batches.resize_from_canvas(
+                    decoder.canvas(p[0], p[1]), p[1].taps(), p[1].valid)))
+            if args.model == "ssd":
+                runs["resize_jitter_targets"] = lambda p: augment(next(augments))
+        for label, fn in runs.items():
+            if label in wanted:
+                timed(fn, label)
+        if busy:
+            parts["load_calls_during_timing"] = busy.stop()
+        result["loads"][load] = parts
+        # a line a load as it ends, so that a load that hangs or crashes leaves the others' figures
+        print(json.dumps({**{k: v for k, v in result.items() if k != "loads"}, "load": load, **parts}), flush=True)
     stream.synchronize()
 
 
-class _BusyGpu:
-    """A thread that keeps JAX's compute stream busy, as the train step does in a fed run: does a decode slow down
-    because the SMs are shared (then the hardware backend should not), or because something in it waits for the
-    device (then both do)?"""
+PARTS = ("code_streams_only", "region_decode", "region_decode_reusing_images", "region_decode_threads", "canvas",
+         "resize", "canvas_and_resize", "resize_jitter_targets")
+LOADS = ("none", "jax", "cupy_nonblocking", "cupy_blocking", "python")
 
-    def __init__(self):
+
+class _Load:
+    """A thread beside the timed parts (the module's doc says what each kind of load tells)."""
+
+    def __init__(self, kind: str, cp):
         import threading
 
+        self.kind, self._cp = kind, cp
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.calls = 0
 
     def start(self) -> float:
-        import jax
-        import jax.numpy as jnp
+        """Starts the thread; returns one call's time on an idle GPU in ms (0 for the Python load)."""
+        if self.kind == "python":
+            self._thread.start()
+            return 0.0
+        if self.kind == "jax":
+            import jax
+            import jax.numpy as jnp
 
-        self._x = jnp.ones((8192, 8192), jnp.bfloat16)
-        self._fn = jax.jit(lambda x: jax.lax.fori_loop(0, 20, lambda _, y: (y @ x) * 1e-4, x))
-        jax.block_until_ready(self._fn(self._x))
+            x = jnp.ones((4096, 4096), jnp.bfloat16)
+            fn = jax.jit(lambda x: jax.lax.fori_loop(0, 40, lambda _, y: (y @ x) * 1e-4, x))
+            self._call, self._wait = (lambda: fn(x)), jax.block_until_ready
+        else:
+            cp = self._cp
+            stream = cp.cuda.Stream(non_blocking=self.kind == "cupy_nonblocking")
+            with stream:
+                x = cp.ones((4096, 4096), cp.float16)
+
+            def call():
+                with stream:
+                    y = x
+                    for _ in range(40):
+                        y = (y @ x) * 1e-4
+                    return stream.record()
+
+            self._call, self._wait = call, (lambda event: event.synchronize())
+        self._wait(self._call())
         start = time.perf_counter()
-        jax.block_until_ready(self._fn(self._x))
+        self._wait(self._call())
+        ms = 1e3 * (time.perf_counter() - start)
         self._thread.start()
-        return 1e3 * (time.perf_counter() - start)
+        return ms
 
     def _run(self):
-        import jax
-
+        if self.kind == "python":
+            while not self._stop.is_set():
+                sum(i * i for i in range(10_000))
+                self.calls += 1
+            return
         pending = []
         while not self._stop.is_set():
-            pending.append(self._fn(self._x))
+            pending.append(self._call())
             self.calls += 1
             if len(pending) >= 2:
-                jax.block_until_ready(pending.pop(0))
+                self._wait(pending.pop(0))
+        for p in pending:
+            self._wait(p)
 
     def stop(self) -> int:
         self._stop.set()

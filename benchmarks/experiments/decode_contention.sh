@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Device calls of 2026-12-07 (evening): does nvImageCodec's decode slow beside the train step because it shares the
+# SMs, waits on the device, or waits for the interpreter; and which decoder variant (fed_decoder_variants.py) feeds
+# ResNet faster? `bash benchmarks/experiments/decode_contention.sh 1` (first call) or `2` (second), from the repo
+# root with .whl/ and .cache/realdata carried. Results: $OUT/results.jsonl (fed runs), $OUT/parts.jsonl (parts).
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu_suite}
+mkdir -p "$OUT"
+# the fed baseline, as shipped (and gpu_suite installs .whl/ into /tmp/site)
+STEPS=20 FED_ONLY=1 MODELS=resnet TIMEOUT=150 bash benchmarks/gpu_suite.sh realdata
+export PYTHONPATH=/tmp/site:. KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
+parts() {
+  timeout 150 python3 benchmarks/experiments/gpu_decode_parts.py --batches=25 "$@" 2>>"$OUT/parts.log" \
+    | tee -a "$OUT/parts.jsonl" | cut -c1-300 || echo "FAILED: parts $*"
+}
+fed() {  # tag, then variant flags
+  local tag=$1; shift
+  timeout 150 python3 benchmarks/experiments/fed_decoder_variants.py "$@" -- --model=resnet --backend=jax \
+    --flagfile=flags/h200.flags --ruleset=0.5 --batch_size=256 --steps=20 --warmup_steps=5 \
+    --data_dir=.cache/realdata/imagenet --json_out="$OUT/fed_$tag.json" 2>&1 | tee -a "$OUT/fed.log" \
+    | grep -E "^ |^variant|decoding on" || echo "FAILED: fed $tag"
+  [ -f "$OUT/fed_$tag.json" ] && python3 -c "import json; d=json.load(open('$OUT/fed_$tag.json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
+}
+IMAGENET=.cache/realdata/imagenet
+case "${1:-}" in
+  1)
+    parts --data_dir=$IMAGENET --loads=none,jax,cupy_nonblocking,cupy_blocking,python
+    parts --data_dir=$IMAGENET --backend=HW_GPU_ONLY --loads=none,jax,cupy_nonblocking
+    fed reuse --reuse_images
+    fed priority --stream_priority=high
+    fed reuse_priority --reuse_images --stream_priority=high
+    parts --model=ssd --data_dir=.cache/realdata/coco --batch_size=128 --loads=none,jax,cupy_nonblocking ;;
+  2)
+    decode=region_decode,region_decode_threads
+    parts --data_dir=$IMAGENET --loads=none,jax,python,cupy_blocking --parts=$decode,canvas,canvas_and_resize
+    parts --data_dir=$IMAGENET --loads=none,jax --parts=$decode --decode_threads=4 --stream_priority=high
+    parts --data_dir=$IMAGENET --loads=jax --parts=region_decode --options=":num_cuda_streams=4"
+    fed threads2 --reuse_images --decode_threads=2
+    fed threads3 --reuse_images --decode_threads=3
+    fed reuse_priority --reuse_images --stream_priority=high
+    fed reuse --reuse_images ;;
+  *) echo "usage: decode_contention.sh 1|2" >&2; exit 2 ;;
+esac

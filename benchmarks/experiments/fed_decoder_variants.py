@@ -1,0 +1,136 @@
+"""Experiment: the fed benchmark of ResNet or SSD (the GPU input pipeline) with the process's nvImageCodec decoder
+made differently: does the decode stage keep up with the train step when it reuses its output images, runs on a
+high-priority CUDA stream, or is given other nvImageCodec options?
+
+    KERAS_BACKEND=jax python benchmarks/experiments/fed_decoder_variants.py [--reuse_images] \
+        [--stream_priority=high] [--cpu_threads=N] [--options=":num_cuda_streams=4"] [--decode_threads=N] \
+        -- <python -m mlperf_keras.benchmark flags, with --data_dir>
+
+- --reuse_images: each decode call is given the previous call's output images (nvImageCodec `decode(images=...)`),
+  resized and reused instead of allocated; safe here because GpuDecoder.canvas copies them out and waits for its
+  stream before it returns.
+- --stream_priority=high: the decoder's CUDA stream (given to nvImageCodec's decode; our copies run on it) is created
+  at the device's highest priority, so that kernels on it are scheduled ahead of the train step's when both wait for
+  SMs.
+- --cpu_threads, --options: nvImageCodec's Decoder(max_num_cpu_threads=, options=).
+- --decode_threads=N: ResNet's batches decoded by N threads, each with its own nvImageCodec decoder and stream, N
+  batches in flight, handed on in order (beside a busy GPU one decode call takes 3-4 times as long).
+Everything after `--` goes to python -m mlperf_keras.benchmark. Results: benchmarks/RESULTS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+class ReusingDecoder:
+    """An nvImageCodec decoder whose every batch decode reuses the previous batch's output images."""
+
+    def __init__(self, inner):
+        self._inner, self._images = inner, None
+
+    def decode(self, streams, cuda_stream=0):
+        reuse = {"images": self._images} if self._images and len(self._images) == len(streams) else {}
+        self._images = self._inner.decode(streams, cuda_stream=cuda_stream, **reuse)
+        return self._images
+
+
+def make_state(reuse_images: bool, stream_priority: str, cpu_threads: int, options: str) -> dict:
+    """An nvImageCodec decoder and CUDA stream made as asked, in inputs/jpeg_batches' state dict's form."""
+    import cupy
+    from nvidia import nvimgcodec
+
+    kwargs = {}
+    if cpu_threads:
+        kwargs["max_num_cpu_threads"] = cpu_threads
+    if options:
+        kwargs["options"] = options
+    decoder = nvimgcodec.Decoder(**kwargs)
+    if reuse_images:
+        decoder = ReusingDecoder(decoder)
+    # CUDA clamps a priority outside the device's range to its nearest end: -100 is the highest (lower is higher)
+    priority = {"priority": -100} if stream_priority == "high" else {}
+    return dict(decoder=decoder, stream=cupy.cuda.Stream(non_blocking=True, **priority), hardware=False)
+
+
+def install_decoder(reuse_images: bool, stream_priority: str, cpu_threads: int, options: str,
+                    decode_threads: int = 1):
+    """Makes the process's GPU decoder state (inputs/jpeg_batches) now, as asked, before the benchmark does; with
+    decode_threads > 1 one state per thread, and ResNet's batches decoded by that many threads."""
+    import atexit
+    import threading
+
+    from mlperf_keras.inputs import imagenet_gpu, jpeg_batches
+
+    jpeg_batches._gpu_state.update(make_state(reuse_images, stream_priority, cpu_threads, options))
+    atexit.register(jpeg_batches._release_gpu_decoder)
+    if decode_threads <= 1:
+        return
+    local, states = threading.local(), []
+
+    def state_of_thread(hardware: bool = False):
+        if not hasattr(local, "state"):
+            local.state = make_state(reuse_images, stream_priority, cpu_threads, options)
+            states.append(local.state)
+        return local.state["decoder"], local.state["stream"]
+
+    def release():
+        for state in states:
+            state["stream"].synchronize()
+        states.clear()
+
+    atexit.register(release)
+    jpeg_batches._gpu_decoder_state = state_of_thread
+    imagenet_gpu._decoded = lambda plans, decoder, prefetch: decoded_in_threads(plans, decoder, prefetch,
+                                                                               decode_threads)
+
+
+def decoded_in_threads(plans, decoder, prefetch: int, threads: int):
+    """imagenet_gpu._decoded with `threads` batches decoded at once, each by a pool thread, yielded in order."""
+    import collections
+    import concurrent.futures
+
+    from mlperf_keras.inputs import record_streams
+    from mlperf_keras.inputs.jpeg_batches import resize_from_canvas
+
+    def one(plan):
+        jpegs, geometry, labels = plan
+        return resize_from_canvas(decoder.canvas(jpegs, geometry), geometry.taps(), geometry.valid), labels
+
+    def decode():
+        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="imagenet-decode") as pool:
+            pending = collections.deque()
+            for plan in plans:
+                pending.append(pool.submit(one, plan))
+                if len(pending) >= threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+
+    return record_streams.prefetched(decode(), prefetch, "imagenet-input")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reuse_images", action="store_true")
+    parser.add_argument("--stream_priority", choices=("normal", "high"), default="normal")
+    parser.add_argument("--cpu_threads", type=int, default=0)
+    parser.add_argument("--options", default="")
+    parser.add_argument("--decode_threads", type=int, default=1)
+    args, rest = parser.parse_known_args()
+    install_decoder(args.reuse_images, args.stream_priority, args.cpu_threads, args.options, args.decode_threads)
+    print(f"variant: reuse_images={args.reuse_images} stream_priority={args.stream_priority} "
+          f"cpu_threads={args.cpu_threads} options={args.options!r} decode_threads={args.decode_threads}",
+          flush=True)
+    from absl import app
+
+    from mlperf_keras import benchmark
+
+    app.run(benchmark.main, argv=[sys.argv[0]] + [a for a in rest if a != "--"])
+
+
+if __name__ == "__main__":
+    main()
