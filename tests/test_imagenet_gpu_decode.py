@@ -66,6 +66,19 @@ def test_gpu_eval_matches_host_eval(jpegs):
     assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())
 
 
+def test_gpu_decoder_reusing_images_decodes_the_same_pixels(jpegs):
+    """GpuDecoder reuses the previous batch's output images (nvImageCodec decode(images=)): a batch decoded after
+    another batch of other window sizes, into that batch's images, equals the same batch decoded first."""
+    sizes = np.array([image_geometry.jpeg_size(j) for j in jpegs])
+    first, _ = imagenet_gpu.train_geometry(sizes, np.random.default_rng(7), 224, image_geometry.CropParams())
+    other, _ = imagenet_gpu.train_geometry(sizes, np.random.default_rng(8), 224, image_geometry.CropParams())
+    decoder = jpeg_batches.GpuDecoder()
+    fresh = np.asarray(decoder.canvas(jpegs, first))[:first.needed]
+    decoder.canvas(jpegs, other)   # windows of other sizes: the reused buffers are resized
+    again = np.asarray(decoder.canvas(jpegs, first))[:first.needed]
+    assert np.array_equal(fresh, again)
+
+
 def test_ssd_gpu_batch_matches_host_batch():
     """SSD's JAX path (inputs/ssd_jax): the same TrainPlan (crop windows, flips, jitter draws) decoded by nvJPEG and
     by PIL, through the same jitted resize, colour jitter and box matching: the targets equal, pixels within the

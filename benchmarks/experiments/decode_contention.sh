@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Device calls of 2026-12-07 (evening): does nvImageCodec's decode slow beside the train step because it shares the
 # SMs, waits on the device, or waits for the interpreter; and which decoder variant (fed_decoder_variants.py) feeds
-# ResNet faster? `bash benchmarks/experiments/decode_contention.sh 1` (first call) or `2` (second), from the repo
+# ResNet faster? `bash benchmarks/experiments/decode_contention.sh 1` (first call), `2` or `CALL3=1 ... 3`, from the repo
 # root with .whl/ and .cache/realdata carried. Results: $OUT/results.jsonl (fed runs), $OUT/parts.jsonl (parts).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_suite}
 mkdir -p "$OUT"
-# the fed baseline, as shipped (and gpu_suite installs .whl/ into /tmp/site)
-STEPS=20 FED_ONLY=1 MODELS=resnet TIMEOUT=150 bash benchmarks/gpu_suite.sh realdata
+# the fed baseline, as shipped (and gpu_suite installs .whl/ into /tmp/site); call 3: ResNet and SSD as shipped then
+# (reusing output images)
+STEPS=20 FED_ONLY=1 MODELS="resnet${CALL3:+ ssd}" TIMEOUT=150 bash benchmarks/gpu_suite.sh realdata
 export PYTHONPATH=/tmp/site:. KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 parts() {
   timeout 150 python3 benchmarks/experiments/gpu_decode_parts.py --batches=25 "$@" 2>>"$OUT/parts.log" \
     | tee -a "$OUT/parts.jsonl" | cut -c1-300 || echo "FAILED: parts $*"
 }
-fed() {  # tag, then variant flags
-  local tag=$1; shift
-  timeout 150 python3 benchmarks/experiments/fed_decoder_variants.py "$@" -- --model=resnet --backend=jax \
-    --flagfile=flags/h200.flags --ruleset=0.5 --batch_size=256 --steps=20 --warmup_steps=5 \
-    --data_dir=.cache/realdata/imagenet --json_out="$OUT/fed_$tag.json" 2>&1 | tee -a "$OUT/fed.log" \
+fed() {  # tag, then variant flags (MODEL=ssd: SSD, batch 128, on COCO)
+  local tag=$1 model=${MODEL:-resnet}; shift
+  local batch=256 data=.cache/realdata/imagenet
+  [ "$model" = ssd ] && batch=128 data=.cache/realdata/coco
+  timeout 150 python3 benchmarks/experiments/fed_decoder_variants.py "$@" -- --model=$model --backend=jax \
+    --flagfile=flags/h200.flags --ruleset=0.5 --batch_size=$batch --steps=20 --warmup_steps=5 \
+    --data_dir=$data --json_out="$OUT/fed_$tag.json" 2>&1 | tee -a "$OUT/fed.log" \
     | grep -E "^ |^variant|decoding on" || echo "FAILED: fed $tag"
   [ -f "$OUT/fed_$tag.json" ] && python3 -c "import json; d=json.load(open('$OUT/fed_$tag.json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
 }
@@ -39,5 +42,10 @@ case "${1:-}" in
     fed threads3 --reuse_images --decode_threads=3
     fed reuse_priority --reuse_images --stream_priority=high
     fed reuse --reuse_images ;;
-  *) echo "usage: decode_contention.sh 1|2" >&2; exit 2 ;;
+  3)  # run as CALL3=1 bash ... 3: the shipped reuse against new images every batch, the GPU tests, then NCF and GNMT
+    python3 -m pytest -q -m gpu tests/test_imagenet_gpu_decode.py -p no:cacheprovider 2>&1 | tail -4
+    fed resnet_no_reuse --no_reuse
+    MODEL=ssd fed ssd_no_reuse --no_reuse
+    STEPS=20 FED_ONLY=1 MODELS="ncf gnmt" TIMEOUT=100 bash benchmarks/gpu_suite.sh realdata ;;
+  *) echo "usage: decode_contention.sh 1|2|3" >&2; exit 2 ;;
 esac

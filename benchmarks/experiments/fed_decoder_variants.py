@@ -1,14 +1,14 @@
 """Experiment: the fed benchmark of ResNet or SSD (the GPU input pipeline) with the process's nvImageCodec decoder
-made differently: does the decode stage keep up with the train step when it reuses its output images, runs on a
-high-priority CUDA stream, or is given other nvImageCodec options?
+made differently: does the decode stage keep up with the train step when it reuses its output images (shipped
+since 2026-12-07), runs on a high-priority CUDA stream, in several threads, or is given other nvImageCodec options?
 
-    KERAS_BACKEND=jax python benchmarks/experiments/fed_decoder_variants.py [--reuse_images] \
+    KERAS_BACKEND=jax python benchmarks/experiments/fed_decoder_variants.py [--reuse_images | --no_reuse] \
         [--stream_priority=high] [--cpu_threads=N] [--options=":num_cuda_streams=4"] [--decode_threads=N] \
         -- <python -m mlperf_keras.benchmark flags, with --data_dir>
 
-- --reuse_images: each decode call is given the previous call's output images (nvImageCodec `decode(images=...)`),
-  resized and reused instead of allocated; safe here because GpuDecoder.canvas copies them out and waits for its
-  stream before it returns.
+- --reuse_images: what GpuDecoder.canvas now does itself: each decode call is given the previous call's output
+  images (nvImageCodec `decode(images=...)`), resized and reused instead of allocated (the flag is kept so that the
+  commands of benchmarks/RESULTS.md still run); --no_reuse: new output images every call, as before.
 - --stream_priority=high: the decoder's CUDA stream (given to nvImageCodec's decode; our copies run on it) is created
   at the device's highest priority, so that kernels on it are scheduled ahead of the train step's when both wait for
   SMs.
@@ -26,19 +26,17 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
-class ReusingDecoder:
-    """An nvImageCodec decoder whose every batch decode reuses the previous batch's output images."""
+class AllocatingDecoder:
+    """An nvImageCodec decoder that ignores the images offered for reuse: new output images every batch."""
 
     def __init__(self, inner):
-        self._inner, self._images = inner, None
+        self._inner = inner
 
-    def decode(self, streams, cuda_stream=0):
-        reuse = {"images": self._images} if self._images and len(self._images) == len(streams) else {}
-        self._images = self._inner.decode(streams, cuda_stream=cuda_stream, **reuse)
-        return self._images
+    def decode(self, streams, cuda_stream=0, images=None):
+        return self._inner.decode(streams, cuda_stream=cuda_stream)
 
 
-def make_state(reuse_images: bool, stream_priority: str, cpu_threads: int, options: str) -> dict:
+def make_state(no_reuse: bool, stream_priority: str, cpu_threads: int, options: str) -> dict:
     """An nvImageCodec decoder and CUDA stream made as asked, in inputs/jpeg_batches' state dict's form."""
     import cupy
     from nvidia import nvimgcodec
@@ -49,14 +47,14 @@ def make_state(reuse_images: bool, stream_priority: str, cpu_threads: int, optio
     if options:
         kwargs["options"] = options
     decoder = nvimgcodec.Decoder(**kwargs)
-    if reuse_images:
-        decoder = ReusingDecoder(decoder)
+    if no_reuse:
+        decoder = AllocatingDecoder(decoder)
     # CUDA clamps a priority outside the device's range to its nearest end: -100 is the highest (lower is higher)
     priority = {"priority": -100} if stream_priority == "high" else {}
     return dict(decoder=decoder, stream=cupy.cuda.Stream(non_blocking=True, **priority), hardware=False)
 
 
-def install_decoder(reuse_images: bool, stream_priority: str, cpu_threads: int, options: str,
+def install_decoder(no_reuse: bool, stream_priority: str, cpu_threads: int, options: str,
                     decode_threads: int = 1):
     """Makes the process's GPU decoder state (inputs/jpeg_batches) now, as asked, before the benchmark does; with
     decode_threads > 1 one state per thread, and ResNet's batches decoded by that many threads."""
@@ -65,7 +63,7 @@ def install_decoder(reuse_images: bool, stream_priority: str, cpu_threads: int, 
 
     from mlperf_keras.inputs import imagenet_gpu, jpeg_batches
 
-    jpeg_batches._gpu_state.update(make_state(reuse_images, stream_priority, cpu_threads, options))
+    jpeg_batches._gpu_state.update(make_state(no_reuse, stream_priority, cpu_threads, options))
     atexit.register(jpeg_batches._release_gpu_decoder)
     if decode_threads <= 1:
         return
@@ -73,9 +71,10 @@ def install_decoder(reuse_images: bool, stream_priority: str, cpu_threads: int, 
 
     def state_of_thread(hardware: bool = False):
         if not hasattr(local, "state"):
-            local.state = make_state(reuse_images, stream_priority, cpu_threads, options)
+            local.state = make_state(no_reuse, stream_priority, cpu_threads, options)
+            local.state.update(lock=threading.Lock(), images=None)
             states.append(local.state)
-        return local.state["decoder"], local.state["stream"]
+        return local.state
 
     def release():
         for state in states:
@@ -115,14 +114,15 @@ def decoded_in_threads(plans, decoder, prefetch: int, threads: int):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reuse_images", action="store_true")
+    parser.add_argument("--reuse_images", action="store_true", help="(shipped; kept for earlier commands)")
+    parser.add_argument("--no_reuse", action="store_true")
     parser.add_argument("--stream_priority", choices=("normal", "high"), default="normal")
     parser.add_argument("--cpu_threads", type=int, default=0)
     parser.add_argument("--options", default="")
     parser.add_argument("--decode_threads", type=int, default=1)
     args, rest = parser.parse_known_args()
-    install_decoder(args.reuse_images, args.stream_priority, args.cpu_threads, args.options, args.decode_threads)
-    print(f"variant: reuse_images={args.reuse_images} stream_priority={args.stream_priority} "
+    install_decoder(args.no_reuse, args.stream_priority, args.cpu_threads, args.options, args.decode_threads)
+    print(f"variant: reuse_images={not args.no_reuse} stream_priority={args.stream_priority} "
           f"cpu_threads={args.cpu_threads} options={args.options!r} decode_threads={args.decode_threads}",
           flush=True)
     from absl import app

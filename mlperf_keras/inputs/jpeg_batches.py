@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import os
+import threading
 
 import numpy as np
 
@@ -192,9 +193,17 @@ class GpuDecoder:
             code = nv.CodeStream(jpeg)
             streams.append(code.get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w))))
         runtime = cp.cuda.runtime
-        decoder, stream = _gpu_decoder_state(self.hardware)
-        with stream:
-            images = decoder.decode(streams, cuda_stream=stream.ptr)
+        state = _gpu_decoder_state(self.hardware)
+        decoder, stream = state["decoder"], state["stream"]
+        # One batch at a time through the process's decoder (training's and eval's pipelines may share it), and the
+        # previous batch's output images resized and reused (decode(images=)): they were copied out and their
+        # stream waited for before the previous call returned. Beside a busy GPU, allocating them anew cost the fed
+        # ResNet benchmark a sixth of its rate (benchmarks/RESULTS.md).
+        with state["lock"], stream:
+            previous = state["images"]
+            reuse = {"images": previous} if previous is not None and len(previous) == len(streams) else {}
+            images = decoder.decode(streams, cuda_stream=stream.ptr, **reuse)
+            state["images"] = None   # until this batch's copies are done, nothing reuses its images
             canvas = cp.empty(geometry.canvas_size(), cp.uint8)
             for base, image, (_, _, h, w) in zip(geometry.bases, images, geometry.windows):
                 if image is None:
@@ -210,15 +219,17 @@ class GpuDecoder:
                 # one 2-D copy per image (its rows may be pitched): a runtime call, no CuPy array or kernel
                 runtime.memcpy2DAsync(canvas.data.ptr + int(base), int(w) * 3, interface["data"][0], pitch,
                                       int(w) * 3, int(h), runtime.memcpyDeviceToDevice, stream.ptr)
-        stream.synchronize()
+            stream.synchronize()
+            state["images"] = images
         return jax.dlpack.from_dlpack(canvas)
 
 
 _gpu_state: dict = {}
 
 
-def _gpu_decoder_state(hardware: bool = False):
-    """The process's one nvImageCodec decoder and CUDA stream, shared by every GpuDecoder and released at exit before
+def _gpu_decoder_state(hardware: bool = False) -> dict:
+    """The process's one nvImageCodec decoder and CUDA stream (with the lock a batch's decode holds and the last
+    batch's output images), shared by every GpuDecoder and released at exit before
     JAX's and CuPy's own teardown (atexit runs last-registered first). On an H100 a second GpuDecoder made in one
     process segfaulted, and benchmark processes whose decoder lived until the interpreter's shutdown aborted there;
     so a process decodes with one kind of decoder (hardware: the HW_GPU_ONLY backend), and asking for the other
@@ -236,7 +247,9 @@ def _gpu_decoder_state(hardware: bool = False):
     elif _gpu_state["hardware"] != hardware:
         raise RuntimeError("this process already decodes JPEGs with nvImageCodec's "
                            f"{'hardware' if _gpu_state['hardware'] else 'default'} backends; one decoder a process")
-    return _gpu_state["decoder"], _gpu_state["stream"]
+    _gpu_state.setdefault("lock", threading.Lock())   # held for a batch's decode and copies
+    _gpu_state.setdefault("images", None)             # the last batch's output images, to reuse
+    return _gpu_state
 
 
 def _release_gpu_decoder():
