@@ -46,6 +46,8 @@ case "${1:-}" in
     python3 -m pytest -q -m gpu tests/test_imagenet_gpu_decode.py -p no:cacheprovider 2>&1 | tail -4
     fed resnet_no_reuse --no_reuse
     MODEL=ssd fed ssd_no_reuse --no_reuse
+    # the interpreter's share: the canvas's copies (a runtime call an image) beside a thread that holds the GIL
+    parts --data_dir=$IMAGENET --batches=8 --loads=none,python --parts=region_decode,canvas
     STEPS=20 FED_ONLY=1 MODELS="ncf gnmt" TIMEOUT=100 bash benchmarks/gpu_suite.sh realdata ;;
   *) echo "usage: decode_contention.sh 1|2|3" >&2; exit 2 ;;
 esac
