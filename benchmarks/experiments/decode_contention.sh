@@ -42,12 +42,14 @@ case "${1:-}" in
     fed threads3 --reuse_images --decode_threads=3
     fed reuse_priority --reuse_images --stream_priority=high
     fed reuse --reuse_images ;;
-  3)  # run as CALL3=1 bash ... 3: the shipped reuse against new images every batch, the GPU tests, then NCF and GNMT
+  3)  # run as CALL3=1 bash ... 3: the GPU tests; the shipped reuse against new images every batch; the canvas's
+      # copies beside a thread that holds the GIL; the copies by one kernel (checked against the shipped ones first)
     python3 -m pytest -q -m gpu tests/test_imagenet_gpu_decode.py -p no:cacheprovider 2>&1 | tail -4
     fed resnet_no_reuse --no_reuse
-    MODEL=ssd fed ssd_no_reuse --no_reuse
-    # the interpreter's share: the canvas's copies (a runtime call an image) beside a thread that holds the GIL
+    fed one_copy --one_copy
     parts --data_dir=$IMAGENET --batches=8 --loads=none,python --parts=region_decode,canvas
-    STEPS=20 FED_ONLY=1 MODELS="ncf gnmt" TIMEOUT=100 bash benchmarks/gpu_suite.sh realdata ;;
+    parts --data_dir=$IMAGENET --batches=8 --loads=none,python,jax --parts=canvas --one_copy
+    MODEL=ssd fed ssd_no_reuse --no_reuse
+    MODEL=ssd fed ssd_one_copy --one_copy ;;
   *) echo "usage: decode_contention.sh 1|2|3" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@ made differently: does the decode stage keep up with the train step when it reus
 since 2026-12-07), runs on a high-priority CUDA stream, in several threads, or is given other nvImageCodec options?
 
     KERAS_BACKEND=jax python benchmarks/experiments/fed_decoder_variants.py [--reuse_images | --no_reuse] \
-        [--stream_priority=high] [--cpu_threads=N] [--options=":num_cuda_streams=4"] [--decode_threads=N] \
+        [--stream_priority=high] [--cpu_threads=N] [--options=":num_cuda_streams=4"] [--decode_threads=N] [--one_copy] \
         -- <python -m mlperf_keras.benchmark flags, with --data_dir>
 
 - --reuse_images: what GpuDecoder.canvas now does itself: each decode call is given the previous call's output
@@ -13,6 +13,9 @@ since 2026-12-07), runs on a high-priority CUDA stream, in several threads, or i
   at the device's highest priority, so that kernels on it are scheduled ahead of the train step's when both wait for
   SMs.
 - --cpu_threads, --options: nvImageCodec's Decoder(max_num_cpu_threads=, options=).
+- --one_copy: the decoded images copied into the canvas by one CUDA kernel (a gather over a table of pointers,
+  pitches and offsets) instead of a runtime call an image: one release of the interpreter's lock a batch instead of
+  one an image (each re-acquisition can wait a switch interval for a thread that holds it).
 - --decode_threads=N: ResNet's batches decoded by N threads, each with its own nvImageCodec decoder and stream, N
   batches in flight, handed on in order (beside a busy GPU one decode call takes 3-4 times as long).
 Everything after `--` goes to python -m mlperf_keras.benchmark. Results: benchmarks/RESULTS.md.
@@ -87,6 +90,45 @@ def install_decoder(no_reuse: bool, stream_priority: str, cpu_threads: int, opti
                                                                                decode_threads)
 
 
+_GATHER = r"""
+extern "C" __global__ void gather(const unsigned long long* table, unsigned char* canvas) {
+  // table: 4 entries an image (source pointer, source row pitch, row bytes, rows) then the canvas offsets
+  const unsigned long long* t = table + 4 * blockIdx.y;
+  const unsigned char* source = (const unsigned char*)t[0];
+  unsigned long long pitch = t[1], row_bytes = t[2], total = t[2] * t[3];
+  unsigned char* target = canvas + table[4 * gridDim.y + blockIdx.y];
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    unsigned long long row = i / row_bytes;
+    target[i] = source[row * pitch + (i - row * row_bytes)];
+  }
+}
+"""
+
+
+def install_one_copy():
+    """GpuDecoder copies a batch's images into its canvas with one gather kernel (see --one_copy)."""
+    import cupy
+    import numpy as np
+
+    from mlperf_keras.inputs import jpeg_batches
+
+    kernel = cupy.RawKernel(_GATHER, "gather")
+
+    def copy_to_canvas(self, sources, geometry, stream):
+        windows = np.asarray(geometry.windows, np.int64)
+        table = np.concatenate([
+            np.stack([np.array([p for p, _ in sources], np.uint64), np.array([q for _, q in sources], np.uint64),
+                      (windows[:, 3] * 3).astype(np.uint64), windows[:, 2].astype(np.uint64)], 1).ravel(),
+            np.asarray(geometry.bases, np.uint64)])
+        canvas = cupy.empty(geometry.canvas_size(), cupy.uint8)
+        with stream:
+            kernel((64, len(sources)), (256,), (cupy.asarray(table), canvas))
+        return canvas
+
+    jpeg_batches.GpuDecoder._copy_to_canvas = copy_to_canvas
+
+
 def decoded_in_threads(plans, decoder, prefetch: int, threads: int):
     """imagenet_gpu._decoded with `threads` batches decoded at once, each by a pool thread, yielded in order."""
     import collections
@@ -120,10 +162,14 @@ def main():
     parser.add_argument("--cpu_threads", type=int, default=0)
     parser.add_argument("--options", default="")
     parser.add_argument("--decode_threads", type=int, default=1)
+    parser.add_argument("--one_copy", action="store_true")
     args, rest = parser.parse_known_args()
+    if args.one_copy:
+        install_one_copy()
     install_decoder(args.no_reuse, args.stream_priority, args.cpu_threads, args.options, args.decode_threads)
     print(f"variant: reuse_images={not args.no_reuse} stream_priority={args.stream_priority} "
-          f"cpu_threads={args.cpu_threads} options={args.options!r} decode_threads={args.decode_threads}",
+          f"cpu_threads={args.cpu_threads} options={args.options!r} decode_threads={args.decode_threads} "
+          f"one_copy={args.one_copy}",
           flush=True)
     from absl import app
 

@@ -45,6 +45,9 @@ def main():
     parser.add_argument("--stream_priority", choices=("normal", "high"), default="normal",
                         help="the decoders' CUDA streams' priority (fed_decoder_variants.py)")
     parser.add_argument("--options", default="", help="nvImageCodec Decoder(options=...), default backend only")
+    parser.add_argument("--one_copy", action="store_true",
+                        help="the canvas's copies by one gather kernel (fed_decoder_variants.py); first checked "
+                             "against the shipped copies on one batch")
     args = parser.parse_args()
     wanted = set(args.parts.split(",")) if args.parts else set(PARTS)
     if wanted - set(PARTS):
@@ -52,7 +55,8 @@ def main():
 
     import cupy as cp
     import jax
-    from fed_decoder_variants import make_state
+    import numpy as np
+    from fed_decoder_variants import install_one_copy, make_state
     from nvidia import nvimgcodec as nv
 
     from mlperf_keras.inputs import image_geometry, imagenet_gpu, jpeg_batches, ssd_jax, ssd_jax_augment
@@ -92,6 +96,15 @@ def main():
         jpeg_batches._gpu_state.update(decoder=nvdecoder, stream=stream, hardware=False)
         decoder = jpeg_batches.make_decoder("gpu")
         assert decoder.name == "gpu", jpeg_batches.gpu_decoder_missing()
+
+    if args.one_copy:
+        if args.backend != "default":
+            parser.error("--one_copy times the canvas: the default backend only")
+        shipped = np.asarray(decoder.canvas(plans[0][0], plans[0][1]))[:plans[0][1].needed]
+        install_one_copy()
+        gathered = np.asarray(decoder.canvas(plans[0][0], plans[0][1]))[:plans[0][1].needed]
+        result["one_copy_equals_shipped_copies"] = bool(np.array_equal(shipped, gathered))
+        assert result["one_copy_equals_shipped_copies"], "the gather kernel's canvas differs from the shipped one"
 
     def streams_of(p):
         return [nv.CodeStream(j).get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w)))

@@ -187,12 +187,11 @@ class GpuDecoder:
     def canvas(self, jpegs: list[bytes], geometry: CanvasLayout):
         import jax
 
-        cp, nv = self._cupy, self._nvimgcodec
+        nv = self._nvimgcodec
         streams = []
         for jpeg, (y, x, h, w) in zip(jpegs, geometry.windows):
             code = nv.CodeStream(jpeg)
             streams.append(code.get_sub_code_stream(region=nv.Region(int(y), int(x), int(y + h), int(x + w))))
-        runtime = cp.cuda.runtime
         state = _gpu_decoder_state(self.hardware)
         decoder, stream = state["decoder"], state["stream"]
         # One batch at a time through the process's decoder (training's and eval's pipelines may share it), and the
@@ -204,8 +203,8 @@ class GpuDecoder:
             reuse = {"images": previous} if previous is not None and len(previous) == len(streams) else {}
             images = decoder.decode(streams, cuda_stream=stream.ptr, **reuse)
             state["images"] = None   # until this batch's copies are done, nothing reuses its images
-            canvas = cp.empty(geometry.canvas_size(), cp.uint8)
-            for base, image, (_, _, h, w) in zip(geometry.bases, images, geometry.windows):
+            sources = []
+            for image, (_, _, h, w) in zip(images, geometry.windows):
                 if image is None:
                     raise DataError("nvImageCodec could not decode a JPEG record" + (
                         " on the GPU's hardware JPEG decoder (input_pipeline=gpu_hardware; T4 and V100 have none: "
@@ -216,12 +215,22 @@ class GpuDecoder:
                     raise DataError(f"nvImageCodec decoded a {shape} {typestr} crop, {(int(h), int(w), 3)} uint8 "
                                     f"expected")
                 pitch = interface["strides"][0] if interface.get("strides") else int(w) * 3
-                # one 2-D copy per image (its rows may be pitched): a runtime call, no CuPy array or kernel
-                runtime.memcpy2DAsync(canvas.data.ptr + int(base), int(w) * 3, interface["data"][0], pitch,
-                                      int(w) * 3, int(h), runtime.memcpyDeviceToDevice, stream.ptr)
+                sources.append((interface["data"][0], pitch))
+            canvas = self._copy_to_canvas(sources, geometry, stream)
             stream.synchronize()
             state["images"] = images
         return jax.dlpack.from_dlpack(canvas)
+
+    def _copy_to_canvas(self, sources: list, geometry: CanvasLayout, stream):
+        """The decoded images, (device pointer, row pitch) each, copied into one new flat canvas on `stream`."""
+        cp = self._cupy
+        runtime = cp.cuda.runtime
+        canvas = cp.empty(geometry.canvas_size(), cp.uint8)
+        for base, (pointer, pitch), (_, _, h, w) in zip(geometry.bases, sources, geometry.windows):
+            # one 2-D copy per image (its rows may be pitched): a runtime call, no CuPy array or kernel
+            runtime.memcpy2DAsync(canvas.data.ptr + int(base), int(w) * 3, pointer, pitch, int(w) * 3, int(h),
+                                  runtime.memcpyDeviceToDevice, stream.ptr)
+        return canvas
 
 
 _gpu_state: dict = {}
