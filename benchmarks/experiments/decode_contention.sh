@@ -6,9 +6,8 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_suite}
 mkdir -p "$OUT"
-# the fed baseline, as shipped (and gpu_suite installs .whl/ into /tmp/site); call 3: ResNet and SSD as shipped then
-# (reusing output images)
-STEPS=20 FED_ONLY=1 MODELS="resnet${CALL3:+ ssd}" TIMEOUT=150 bash benchmarks/gpu_suite.sh realdata
+# the fed baseline, as shipped (and gpu_suite installs .whl/ into /tmp/site)
+STEPS=20 FED_ONLY=1 MODELS=resnet TIMEOUT=150 bash benchmarks/gpu_suite.sh realdata
 export PYTHONPATH=/tmp/site:. KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 parts() {
   timeout 150 python3 benchmarks/experiments/gpu_decode_parts.py --batches=25 "$@" 2>>"$OUT/parts.log" \
@@ -25,6 +24,7 @@ fed() {  # tag, then variant flags (MODEL=ssd: SSD, batch 128, on COCO)
   [ -f "$OUT/fed_$tag.json" ] && python3 -c "import json; d=json.load(open('$OUT/fed_$tag.json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
 }
 IMAGENET=.cache/realdata/imagenet
+PADDING=":device_memory_padding=16777216 :host_memory_padding=8388608"
 case "${1:-}" in
   1)
     parts --data_dir=$IMAGENET --loads=none,jax,cupy_nonblocking,cupy_blocking,python
@@ -42,14 +42,16 @@ case "${1:-}" in
     fed threads3 --reuse_images --decode_threads=3
     fed reuse_priority --reuse_images --stream_priority=high
     fed reuse --reuse_images ;;
-  3)  # run as CALL3=1 bash ... 3: the GPU tests; the shipped reuse against new images every batch; the canvas's
-      # copies beside a thread that holds the GIL; the copies by one kernel (checked against the shipped ones first)
+  3)  # run as CALL3=1 bash ... 3 (the fed baseline above is then ResNet alone, reusing images as shipped): the GPU
+      # tests; new images every batch; nvJPEG's memory paddings at DALI's defaults (buffers that grow less often);
+      # the canvas's copies beside a thread that holds the GIL; then SSD as shipped and with new images every batch
     python3 -m pytest -q -m gpu tests/test_imagenet_gpu_decode.py -p no:cacheprovider 2>&1 | tail -4
     fed resnet_no_reuse --no_reuse
-    fed one_copy --one_copy
+    fed resnet_padding --options="$PADDING"
     parts --data_dir=$IMAGENET --batches=8 --loads=none,python --parts=region_decode,canvas
-    parts --data_dir=$IMAGENET --batches=8 --loads=none,python,jax --parts=canvas --one_copy
+    parts --data_dir=$IMAGENET --batches=10 --loads=none,jax --parts=region_decode,canvas --options="$PADDING"
+    STEPS=20 FED_ONLY=1 MODELS=ssd TIMEOUT=150 bash benchmarks/gpu_suite.sh realdata
     MODEL=ssd fed ssd_no_reuse --no_reuse
-    MODEL=ssd fed ssd_one_copy --one_copy ;;
+    fed one_copy --one_copy ;;
   *) echo "usage: decode_contention.sh 1|2|3" >&2; exit 2 ;;
 esac
