@@ -19,9 +19,9 @@ fed() {  # tag, then variant flags (MODEL=ssd: SSD, batch 128, on COCO)
   [ "$model" = ssd ] && batch=128 data=.cache/realdata/coco
   timeout 150 python3 benchmarks/experiments/fed_decoder_variants.py "$@" -- --model=$model --backend=jax \
     --flagfile=flags/h200.flags --ruleset=0.5 --batch_size=$batch --steps=20 --warmup_steps=5 \
-    --data_dir=$data --json_out="$OUT/fed_$tag.json" 2>&1 | tee -a "$OUT/fed.log" \
+    --data_dir=$data --json_out="/tmp/fed_$tag.json" 2>&1 | tee -a "$OUT/fed.log" \
     | grep -E "^ |^variant|decoding on" || echo "FAILED: fed $tag"
-  [ -f "$OUT/fed_$tag.json" ] && python3 -c "import json; d=json.load(open('$OUT/fed_$tag.json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
+  [ -f "/tmp/fed_$tag.json" ] && python3 -c "import json; d=json.load(open('/tmp/fed_$tag.json')); d['tag']='$tag'; print(json.dumps(d))" >> "$OUT/results.jsonl"
 }
 IMAGENET=.cache/realdata/imagenet
 PADDING=":device_memory_padding=16777216 :host_memory_padding=8388608"
