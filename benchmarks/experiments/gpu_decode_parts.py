@@ -76,7 +76,8 @@ def main():
               "plan_images_per_s": args.batches * args.batch_size / plan_wall,
               "plan_host_cpu_ms_per_batch": 1e3 * plan_cpu / args.batches,
               "mean_jpeg_kb": sum(len(j) for p in plans for j in p[0]) / (1024 * len(plans) * args.batch_size),
-              "device": str(jax.devices()[0])}
+              "device": str(jax.devices()[0]), "decode_threads": args.decode_threads,
+              "stream_priority": args.stream_priority, "options": args.options, "one_copy": args.one_copy}
 
     loads = args.loads.split(",")
     unknown = [load for load in loads if load not in LOADS]
