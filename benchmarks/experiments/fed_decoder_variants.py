@@ -15,9 +15,10 @@ since 2026-12-07), runs on a high-priority CUDA stream, in several threads, or i
 - --cpu_threads, --options: nvImageCodec's Decoder(max_num_cpu_threads=, options=).
 - --one_copy: the decoded images copied into the canvas by one CUDA kernel (a gather over a table of pointers,
   pitches and offsets) instead of a runtime call an image: one release of the interpreter's lock a batch instead of
-  one an image (each re-acquisition can wait a switch interval for a thread that holds it).
+  one an image (each re-acquisition can wait a switch interval for a thread that holds it). Not yet run on a GPU.
 - --decode_threads=N: ResNet's batches decoded by N threads, each with its own nvImageCodec decoder and stream, N
-  batches in flight, handed on in order (beside a busy GPU one decode call takes 3-4 times as long).
+  batches in flight, handed on in order (beside a busy GPU one decode call takes 3-8 times as long; fed, 2 and 3
+  threads were far slower than one).
 Everything after `--` goes to python -m mlperf_keras.benchmark. Results: benchmarks/RESULTS.md.
 """
 from __future__ import annotations

@@ -195,9 +195,8 @@ class GpuDecoder:
         state = _gpu_decoder_state(self.hardware)
         decoder, stream = state["decoder"], state["stream"]
         # One batch at a time through the process's decoder (training's and eval's pipelines may share it), and the
-        # previous batch's output images resized and reused (decode(images=)): they were copied out and their
-        # stream waited for before the previous call returned. Beside a busy GPU, allocating them anew cost the fed
-        # ResNet benchmark a sixth of its rate (benchmarks/RESULTS.md).
+        # previous batch's output images resized and reused (decode(images=)) rather than 256 buffers allocated a
+        # batch: they were copied out and their stream waited for before the previous call returned.
         with state["lock"], stream:
             previous = state["images"]
             reuse = {"images": previous} if previous is not None and len(previous) == len(streams) else {}
