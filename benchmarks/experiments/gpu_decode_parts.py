@@ -12,7 +12,9 @@ JAX's stream busy (chained 4096^2 bf16 matmuls, at most two calls queued, as a f
 and `cupy_blocking` do the same work on a CuPy stream created non-blocking or blocking (a blocking stream waits for,
 and is waited on by, work on CUDA's legacy default stream); `python` holds the interpreter in a pure-Python loop
 (the planning thread's share of the GIL). If a decode slows beside `jax` but not beside `cupy_nonblocking`, it waits
-on the device through a synchronising call rather than sharing the SMs; `python` shows the GIL's share.
+on the device through a synchronising call rather than sharing the SMs; `python` shows the GIL's share. Beside
+`python` a decode call of 256 crops took 3 s on an H100: give it few --batches (runs with it and `cupy_blocking`
+over 25 batches did not finish in 150 s).
 
 One backend per process (a second nvImageCodec decoder of another backend in one process has crashed on an H100);
 region_decode_threads makes --decode_threads decoders of the one backend. Prints a JSON line a load.

@@ -237,11 +237,10 @@ _gpu_state: dict = {}
 
 def _gpu_decoder_state(hardware: bool = False) -> dict:
     """The process's one nvImageCodec decoder and CUDA stream (with the lock a batch's decode holds and the last
-    batch's output images), shared by every GpuDecoder and released at exit before
-    JAX's and CuPy's own teardown (atexit runs last-registered first). On an H100 a second GpuDecoder made in one
-    process segfaulted, and benchmark processes whose decoder lived until the interpreter's shutdown aborted there;
-    so a process decodes with one kind of decoder (hardware: the HW_GPU_ONLY backend), and asking for the other
-    is a RuntimeError."""
+    batch's output images), shared by every GpuDecoder and released at exit before JAX's and CuPy's own teardown
+    (atexit runs last-registered first). On an H100 a second GpuDecoder made in one process segfaulted, and
+    benchmark processes whose decoder lived until the interpreter's shutdown aborted there; so a process decodes
+    with one kind of decoder (hardware: the HW_GPU_ONLY backend), and asking for the other is a RuntimeError."""
     if not _gpu_state:
         import atexit
 
