@@ -40,12 +40,16 @@ class AllocatingDecoder:
         return self._inner.decode(streams, cuda_stream=cuda_stream)
 
 
-def make_state(no_reuse: bool, stream_priority: str, cpu_threads: int, options: str) -> dict:
-    """An nvImageCodec decoder and CUDA stream made as asked, in inputs/jpeg_batches' state dict's form."""
+def make_state(no_reuse: bool, stream_priority: str, cpu_threads: int, options: str,
+               backend: str = "default") -> dict:
+    """An nvImageCodec decoder and CUDA stream made as asked, in inputs/jpeg_batches' state dict's form; backend:
+    'default' (nvImageCodec's own choice) or a BackendKind name such as HW_GPU_ONLY."""
     import cupy
     from nvidia import nvimgcodec
 
     kwargs = {}
+    if backend != "default":
+        kwargs["backends"] = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, backend))]
     if cpu_threads:
         kwargs["max_num_cpu_threads"] = cpu_threads
     if options:

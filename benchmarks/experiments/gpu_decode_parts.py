@@ -87,12 +87,8 @@ def main():
         parser.error(f"unknown loads {unknown}; known: {', '.join(LOADS)}")
 
     def new_state() -> tuple:
-        if args.backend == "default":
-            state = make_state(False, args.stream_priority, 0, args.options)
-            return state["decoder"], state["stream"]
-        priority = {"priority": -100} if args.stream_priority == "high" else {}
-        return (nv.Decoder(backends=[nv.Backend(getattr(nv.BackendKind, args.backend))]),
-                cp.cuda.Stream(non_blocking=True, **priority))
+        state = make_state(False, args.stream_priority, 0, args.options, args.backend)
+        return state["decoder"], state["stream"]
 
     nvdecoder, stream = new_state()
     if args.backend == "default":
