@@ -18,6 +18,7 @@
 #                                          # fed by the input pipeline against the same batches resident on the
 #                                          # device, then the input pipeline alone (--input_only);
 #                                          # INPUT_WORKERS=N plans ResNet's and SSD's batches in N processes,
+#                                          # DECODE_WORKERS=N also decodes ResNet's in N processes,
 #                                          # INPUT_PIPELINE=gpu_hardware decodes ResNet's, SSD's and Mask R-CNN's
 #                                          # JPEGs on the GPU's JPEG engines only, REPEAT=N lists ImageNet's and
 #                                          # COCO's training files N times (epochs of many batches), FED_ONLY=1
@@ -152,6 +153,10 @@ case "${1:-}" in
       # INPUT_WORKERS=N: ResNet and SSD plan their batches in N worker processes (hparam input_workers; 0: a thread)
       if [ -n "${INPUT_WORKERS:-}" ] && { [ "$m" = resnet ] || [ "$m" = ssd ]; }; then
         hp+=("input_workers=$INPUT_WORKERS"); tag+="_w$INPUT_WORKERS"
+      fi
+      # DECODE_WORKERS=N: ResNet reads, plans and decodes its batches in N GPU worker processes (hparam decode_workers)
+      if [ -n "${DECODE_WORKERS:-}" ] && [ "$m" = resnet ]; then
+        hp+=("decode_workers=$DECODE_WORKERS"); tag+="_d$DECODE_WORKERS"
       fi
       # INPUT_PIPELINE=gpu_hardware (or host): the image workloads' hparam input_pipeline
       if [ -n "${INPUT_PIPELINE:-}" ] && { [ "$m" = resnet ] || [ "$m" = ssd ] || [ "$m" = maskrcnn ]; }; then

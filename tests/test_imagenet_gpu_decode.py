@@ -163,3 +163,29 @@ def test_gpu_hardware_decoder_crops_match_host_crops():
         pytest.skip("this GPU has no hardware JPEG decoder")
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)
+
+
+def test_decode_workers_batches_match_batches_decoded_here(tmp_path):
+    """hparam decode_workers: ResNet's training batches read, planned and decoded in two GPU worker processes
+    (inputs/decode_process, each canvas passed through CUDA IPC) against the same epochs decoded in this process:
+    the same labels in the same order and the same pixels within the decoders' tolerance (nvImageCodec may split a
+    batch between its hardware and CUDA decoders differently from call to call); two epochs, so the second reuses
+    the workers' canvases."""
+    from benchmarks.imagenet_gpu_input import _example, write_records
+
+    sizes = np.random.default_rng(9).integers(200, 520, (48, 2))
+    jpegs = [photo_jpeg(int(h), int(w), 400 + i) for i, (h, w) in enumerate(sizes)]
+    paths = [str(tmp_path / f"train-{i:05d}-of-00002") for i in range(2)]
+    write_records(paths, [_example(j, i % 10) for i, j in enumerate(jpegs)])
+    decoder = jpeg_batches.GpuDecoder()
+    for epoch in (0, 1):
+        kw = dict(seed=1, epoch=epoch, rank=0, batch_size=8, num_batches=6, image_size=224, shuffle_buffer=64)
+        here = [(np.asarray(x).astype(int), np.asarray(y)) for x, y in imagenet_gpu.train_batches(paths, decoder, **kw)]
+        there = [(np.asarray(x).astype(int), np.asarray(y))
+                 for x, y in imagenet_gpu.train_batches(paths, decoder, decode_workers=2, **kw)]
+        assert len(here) == len(there) == 6
+        for (a, labels_a), (b, labels_b) in zip(here, there):
+            np.testing.assert_array_equal(labels_a, labels_b)
+            diff = np.abs(a - b)
+            assert a.shape == b.shape == (8, 224, 224, 3) and diff.max() <= 3 and diff.mean() < 0.01, (
+                diff.max(), diff.mean())

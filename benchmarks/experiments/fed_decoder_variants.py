@@ -120,13 +120,14 @@ def install_one_copy():
 
     kernel = cupy.RawKernel(_GATHER, "gather")
 
-    def copy_to_canvas(self, sources, geometry, stream):
+    def copy_to_canvas(self, sources, geometry, stream, canvas=None):
         windows = np.asarray(geometry.windows, np.int64)
         table = np.concatenate([
             np.stack([np.array([p for p, _ in sources], np.uint64), np.array([q for _, q in sources], np.uint64),
                       (windows[:, 3] * 3).astype(np.uint64), windows[:, 2].astype(np.uint64)], 1).ravel(),
             np.asarray(geometry.bases, np.uint64)])
-        canvas = cupy.empty(geometry.canvas_size(), cupy.uint8)
+        if canvas is None:
+            canvas = cupy.empty(geometry.canvas_size(), cupy.uint8)
         with stream:
             kernel((64, len(sources)), (256,), (cupy.asarray(table), canvas))
         return canvas

@@ -8,7 +8,9 @@ copies, inputs/jpeg_batches.GpuDecoder); the jitted resize; host CPU per batch f
     ... --loads=none,jax,cupy_nonblocking,cupy_blocking,python   the GPU parts again beside each load (below)
 
 A load is a thread started beside the timed parts, as the train step runs beside the pipeline when fed: `jax` keeps
-JAX's stream busy (chained 4096^2 bf16 matmuls, at most two calls queued, as a fed step does); `cupy_nonblocking`
+JAX's stream busy (chained 4096^2 bf16 matmuls, at most two calls queued, as a fed step does); `jax_process` runs
+that load in a process of its own (its own CUDA context, which the GPU time-slices with the decoder's): what a
+decoder in a separate process would meet; `cupy_nonblocking`
 and `cupy_blocking` do the same work on a CuPy stream created non-blocking or blocking (a blocking stream waits for,
 and is waited on by, work on CUDA's legacy default stream); `python` holds the interpreter in a pure-Python loop
 (the planning thread's share of the GIL). If a decode slows beside `jax` but not beside `cupy_nonblocking`, it waits
@@ -192,6 +194,8 @@ def main():
                 timed(fn, label)
         if busy:
             parts["load_calls_during_timing"] = busy.stop()
+            if busy.calls:   # against load_ms_per_call_alone: what the decode took from the load
+                parts["load_ms_per_call_during_timing"] = 1e3 * busy.seconds / busy.calls
         result["loads"][load] = parts
         # a line a load as it ends, so that a load that hangs or crashes leaves the others' figures
         print(json.dumps({**{k: v for k, v in result.items() if k != "loads"}, "load": load, **parts}), flush=True)
@@ -200,7 +204,27 @@ def main():
 
 PARTS = ("code_streams_only", "region_decode", "region_decode_reusing_images", "region_decode_threads", "canvas",
          "resize", "canvas_and_resize", "resize_jitter_targets")
-LOADS = ("none", "jax", "cupy_nonblocking", "cupy_blocking", "python")
+LOADS = ("none", "jax", "jax_process", "cupy_nonblocking", "cupy_blocking", "python")
+
+# jax_process's child: the `jax` load in a process (a CUDA context) of its own, until its stdin closes
+_CHILD = """
+import sys, threading, time
+import jax, jax.numpy as jnp
+x = jnp.ones((4096, 4096), jnp.bfloat16)
+fn = jax.jit(lambda x: jax.lax.fori_loop(0, 40, lambda _, y: (y @ x) * 1e-4, x))
+jax.block_until_ready(fn(x))
+start = time.perf_counter(); jax.block_until_ready(fn(x))
+print("ready", 1e3 * (time.perf_counter() - start), flush=True)
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+pending, calls, start = [], 0, time.perf_counter()
+while not stop.is_set():
+    pending.append(fn(x)); calls += 1
+    if len(pending) >= 2:
+        jax.block_until_ready(pending.pop(0))
+jax.block_until_ready(pending)
+print("calls", calls, time.perf_counter() - start, flush=True)
+"""
 
 
 class _Load:
@@ -212,10 +236,18 @@ class _Load:
         self.kind, self._cp = kind, cp
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self.calls = 0
+        self.calls, self.seconds, self._child = 0, 0.0, None
 
     def start(self) -> float:
-        """Starts the thread; returns one call's time on an idle GPU in ms (0 for the Python load)."""
+        """Starts the thread (or process); returns one call's time on an idle GPU in ms (0 for the Python load)."""
+        if self.kind == "jax_process":
+            import subprocess
+
+            self._child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, text=True)
+            word, ms = self._child.stdout.readline().split()
+            assert word == "ready", word
+            return float(ms)
         if self.kind == "python":
             self._thread.start()
             return 0.0
@@ -248,6 +280,13 @@ class _Load:
         return ms
 
     def _run(self):
+        start = time.perf_counter()
+        try:
+            self._loop()
+        finally:
+            self.seconds = time.perf_counter() - start
+
+    def _loop(self):
         if self.kind == "python":
             while not self._stop.is_set():
                 sum(i * i for i in range(10_000))
@@ -263,6 +302,13 @@ class _Load:
             self._wait(p)
 
     def stop(self) -> int:
+        """Stops the load; returns its calls (and sets self.seconds, the time they took)."""
+        if self._child is not None:
+            self._child.stdin.close()
+            word, calls, seconds = self._child.stdout.readline().split()
+            self._child.wait()
+            self.calls, self.seconds = int(calls), float(seconds)
+            return self.calls
         self._stop.set()
         self._thread.join()
         return self.calls

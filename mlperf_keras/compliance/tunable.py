@@ -18,7 +18,8 @@ by one factor. Besides the rules' entries, every workload may change
 - IMPLEMENTATION_KEYS: how the same computation runs (eval batch, mask-pasting processes, where NCF's negatives are
   drawn, padded eval shapes, which stock dropout generator, Mask R-CNN's static bound on objects, where ResNet's,
   SSD's and Mask R-CNN's JPEGs are decoded and resized (input_pipeline) and in how many processes ResNet's and SSD's
-  batches are planned (input_workers), which reader reads the translation records), not what it computes;
+  batches are planned (input_workers) and ResNet's decoded (decode_workers), which reader reads the translation
+  records), not what it computes;
 - a count that follows from the prepared data, set to the data's own value (config.check_hparams refuses any other).
 An override equal to the reference's value is not a change. Everything else is refused under --division=closed.
 
@@ -38,7 +39,8 @@ BATCH_KEYS = ("batch_size", "batch_tokens")
 # max_gt, max_vertices: Mask R-CNN's static bounds on objects per image and polygon vertices per object, which stop
 # a run rather than dropping objects or vertices.
 IMPLEMENTATION_KEYS = ("eval_batch_size", "paste_processes", "epoch_build", "eval_boundary_scale", "dropout_rng",
-                       "max_gt", "max_vertices", "input_pipeline", "input_workers", "input_reader")
+                       "max_gt", "max_vertices", "input_pipeline", "input_workers", "decode_workers",
+                       "input_reader")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,8 @@ Per batch:
    resize, flip (folded into the column taps) and the closed path's rounding. Normalisation stays the model's
    first layer (layers/resnet.Normalize), as on the tf.data path.
 Steps 1-2 run in a thread, or (hparam input_workers) in worker processes (inputs/worker_process), each planning
-every N-th batch.
+every N-th batch; or (hparam decode_workers) steps 1-3 run in worker processes that see the GPU, each canvas passed
+to the training process through CUDA IPC (inputs/decode_process).
 Eval: the closed path's resize of the shorter side to eval_resize and centre crop, decoding the region the crop's
 taps read.
 
@@ -33,7 +34,7 @@ from typing import Iterator
 import numpy as np
 
 from mlperf_keras.inputs import image_geometry, record_reader, record_streams, worker_process
-from mlperf_keras.inputs.jpeg_batches import BatchGeometry, resize_from_canvas
+from mlperf_keras.inputs.jpeg_batches import BatchGeometry, GpuDecoder, resize_from_canvas
 from mlperf_keras.inputs.manifest import DataError
 
 
@@ -76,14 +77,21 @@ def eval_geometry(sizes: np.ndarray, image_size: int, resize_min: int, valid: np
 def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                   image_size: int, crop: image_geometry.CropParams = image_geometry.CropParams(),
                   shuffle_buffer: int = 10_000, label_offset: int = 0, cycle_length: int = 10,
-                  prefetch: int = 2, plan_workers: int = 0) -> Iterator:
+                  prefetch: int = 2, plan_workers: int = 0, decode_workers: int = 0) -> Iterator:
     """Exactly num_batches (uint8 images [B, S, S, 3] as a JAX array, int32 labels [B]) of one worker's epoch.
 
     plan_workers: 0 reads and plans the batches in a thread; N > 0 in N worker processes (inputs/worker_process),
-    each reading the whole stream and planning every N-th batch: the same batches."""
+    each reading the whole stream and planning every N-th batch: the same batches. decode_workers: N > 0, with a
+    GPU decoder, reads, plans and decodes every N-th batch in each of N processes that see the GPU
+    (inputs/decode_process; plan_workers is then unused): the same batches."""
     plan = dict(paths=paths, seed=seed, epoch=epoch, rank=rank, batch_size=batch_size, num_batches=num_batches,
                 image_size=image_size, crop=crop, shuffle_buffer=shuffle_buffer, label_offset=label_offset,
                 cycle_length=cycle_length)
+    if decode_workers > 0 and isinstance(decoder, GpuDecoder):
+        from mlperf_keras.inputs import decode_process
+
+        plans = decode_process.stream(_train_plans, plan, decoder.hardware, decode_workers, prefetch)
+        return _decoded(plans, decode_process.shared_canvases(), prefetch)
     plans = (worker_process.stream(_train_plans, plan, prefetch, plan_workers) if plan_workers > 0
              else record_streams.prefetched(_train_plans(**plan), prefetch, "imagenet-input"))
     return _decoded(plans, decoder, prefetch)

@@ -114,7 +114,7 @@ def resize_from_canvas(canvas, taps, valid):
 
 # ---- decoders ----
 
-def _say_once(message: str):
+def say_once(message: str):
     if message not in _said:
         _said.add(message)
         print(f"[input] {message}", flush=True)
@@ -187,6 +187,11 @@ class GpuDecoder:
     def canvas(self, jpegs: list[bytes], geometry: CanvasLayout):
         import jax
 
+        return jax.dlpack.from_dlpack(self.decode_into(jpegs, geometry))
+
+    def decode_into(self, jpegs: list[bytes], geometry: CanvasLayout, canvas=None):
+        """The batch's windows decoded into `canvas` (a flat CuPy uint8 array of at least geometry.needed bytes; a
+        new one of geometry.canvas_size() bytes when None), complete when this returns; returns the canvas."""
         nv = self._nvimgcodec
         streams = []
         for jpeg, (y, x, h, w) in zip(jpegs, geometry.windows):
@@ -215,16 +220,20 @@ class GpuDecoder:
                                     f"expected")
                 pitch = interface["strides"][0] if interface.get("strides") else int(w) * 3
                 sources.append((interface["data"][0], pitch))
-            canvas = self._copy_to_canvas(sources, geometry, stream)
+            canvas = self._copy_to_canvas(sources, geometry, stream, canvas)
             stream.synchronize()
             state["images"] = images
-        return jax.dlpack.from_dlpack(canvas)
+        return canvas
 
-    def _copy_to_canvas(self, sources: list, geometry: CanvasLayout, stream):
-        """The decoded images, (device pointer, row pitch) each, copied into one new flat canvas on `stream`."""
+    def _copy_to_canvas(self, sources: list, geometry: CanvasLayout, stream, canvas=None):
+        """The decoded images, (device pointer, row pitch) each, copied into the flat canvas (a new one when None)
+        on `stream`; returns the canvas."""
         cp = self._cupy
         runtime = cp.cuda.runtime
-        canvas = cp.empty(geometry.canvas_size(), cp.uint8)
+        if canvas is None:
+            canvas = cp.empty(geometry.canvas_size(), cp.uint8)
+        elif canvas.size < geometry.needed:
+            raise ValueError(f"a canvas of {canvas.size:,} bytes for a batch that needs {geometry.needed:,}")
         for base, (pointer, pitch), (_, _, h, w) in zip(geometry.bases, sources, geometry.windows):
             # one 2-D copy per image (its rows may be pitched): a runtime call, no CuPy array or kernel
             runtime.memcpy2DAsync(canvas.data.ptr + int(base), int(w) * 3, pointer, pitch, int(w) * 3, int(h),
@@ -278,10 +287,10 @@ def make_decoder(pipeline: str, threads: int | None = None):
         if missing is None:
             if pipeline not in _decoders:
                 where = "the GPU's hardware JPEG decoder" if pipeline == "gpu_hardware" else "the GPU"
-                _say_once(f"input: JPEGs decoded on {where} (nvImageCodec), resized there (JAX)")
+                say_once(f"input: JPEGs decoded on {where} (nvImageCodec), resized there (JAX)")
                 _decoders[pipeline] = GpuDecoder(hardware=pipeline == "gpu_hardware")
             return _decoders[pipeline]
-        _say_once(f"input: JPEGs decoded on the host (PIL, {threads} threads): {missing}")
+        say_once(f"input: JPEGs decoded on the host (PIL, {threads} threads): {missing}")
     if "host" not in _decoders:
         _decoders["host"] = HostDecoder(threads)
     return _decoders["host"]
@@ -298,14 +307,15 @@ def check_pipeline(requested: str, backend: str) -> None:
                           f"the {backend} backend reads with tf.data")
 
 
-def check_input_workers(value) -> None:
+def check_input_workers(value, name: str = "input_workers") -> None:
     """Refuses an input_workers value (the processes that read and plan ResNet's and SSD's JAX batches; 0: a thread)
-    that is not a count (ConfigError), at start-up."""
+    or decode_workers value (ResNet's: processes that also decode on the GPU; 0: none) that is not a count
+    (ConfigError), at start-up."""
     from mlperf_keras.config import ConfigError
 
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"input_workers={value!r}: expected 0 (read and plan batches in a thread) or a number of "
-                          f"worker processes")
+        zero = "read and plan batches in a thread" if name == "input_workers" else "decode in this process"
+        raise ConfigError(f"{name}={value!r}: expected 0 ({zero}) or a number of worker processes")
 
 
 def choose_pipeline(requested: str) -> str:

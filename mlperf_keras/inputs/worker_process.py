@@ -28,7 +28,8 @@ from typing import Callable, Iterator
 
 _POLL_S = 0.5
 _CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"}
-_idle: list = []
+_JAX_ON_CPU = {"JAX_PLATFORMS": "cpu"}   # a GPU worker: CUDA for CuPy, and JAX (if imported) off the GPU
+_idle: dict = {False: [], True: []}   # idle workers, by whether they see the GPU
 _all: list = []
 _lock = threading.Lock()
 _job_ids = itertools.count()
@@ -39,6 +40,12 @@ _job_ids = itertools.count()
 _SHM_DIR = "/dev/shm"
 _shm_names = itertools.count()
 _shm_prefix: list = []   # set in the worker: its files' name prefix (the parent's pid in it)
+_depth: list = []        # set in the worker: how many items it may send ahead of the parent's reads
+
+
+def depth_ahead() -> int:
+    """In a worker: the most items it sends that the parent has not yet taken (its queue's size)."""
+    return _depth[0]
 
 
 class Blobs(list):
@@ -105,9 +112,10 @@ def _remove_leftovers(parent: int):
 
 # ---- the worker ----
 
-def _serve(jobs, results, cancel, parent: int):
+def _serve(jobs, results, cancel, parent: int, depth: int = 2):
     """The worker's loop: each job is (id, make, kwargs); every item of make(**kwargs) is sent as (id, "item", x),
     then (id, "done", None), or (id, "error", exception). Stops when the parent is gone or sends None."""
+    _depth.append(depth)
 
     if os.path.isdir(_SHM_DIR):
         _shm_prefix.append(f"mlperf-input-{parent}-{os.getpid()}")
@@ -160,16 +168,18 @@ def _picklable(error: BaseException) -> BaseException:
 
 
 class _Worker:
-    def __init__(self, depth: int):
+    def __init__(self, depth: int, gpu: bool = False):
         ctx = multiprocessing.get_context("spawn")
         self.jobs, self.results, self.cancel = ctx.Queue(), ctx.Queue(maxsize=max(1, depth)), ctx.Event()
-        self.process = ctx.Process(target=_serve, args=(self.jobs, self.results, self.cancel, os.getpid()),
+        self.process = ctx.Process(target=_serve, args=(self.jobs, self.results, self.cancel, os.getpid(), depth),
                                    daemon=True, name="mlperf-input-worker")
         # A spawned child imports the parent's __main__ module, running a script's top level again (and the entry
         # points import Keras and JAX): shown a bare __main__ while it starts, it imports only what unpickling the
-        # job needs. Hidden from the GPU: it reads records and plans batches.
-        saved = {k: os.environ.get(k) for k in _CPU_ONLY}
-        os.environ.update(_CPU_ONLY)
+        # job needs. Hidden from the GPU unless asked for (it reads records and plans batches).
+        self.gpu = gpu
+        env = _JAX_ON_CPU if gpu else _CPU_ONLY
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         main = sys.modules["__main__"]
         sys.modules["__main__"] = types.ModuleType("__main__")
         try:
@@ -208,17 +218,18 @@ def _stop_all():
 atexit.register(_stop_all)
 
 
-def stream(make: Callable[..., Iterator], kwargs: dict, depth: int = 2, workers: int = 1) -> Iterator:
+def stream(make: Callable[..., Iterator], kwargs: dict, depth: int = 2, workers: int = 1,
+           gpu: bool = False) -> Iterator:
     """The items of make(**kwargs), built in worker processes (`make` a module-level generator function, its
     arguments and items picklable), started at once. depth: the items each worker builds ahead (fixed when a worker
-    starts).
+    starts). gpu: workers that see the parent's CUDA devices (for CuPy; JAX stays on their CPU), else none.
 
     workers > 1: each worker k runs make(**kwargs, shard=(k, workers)), which must yield the items i with
     i % workers == k of the whole sequence, in order; they are handed out in turn, so the sequence is the one-worker
     sequence."""
     if workers <= 1:
-        return _one(make, kwargs, depth)
-    return _in_turn([_one(make, {**kwargs, "shard": (k, workers)}, depth) for k in range(workers)])
+        return _one(make, kwargs, depth, gpu)
+    return _in_turn([_one(make, {**kwargs, "shard": (k, workers)}, depth, gpu) for k in range(workers)])
 
 
 def _in_turn(streams: list) -> Iterator:
@@ -237,11 +248,11 @@ def _in_turn(streams: list) -> Iterator:
 _END = object()
 
 
-def _one(make, kwargs: dict, depth: int) -> Iterator:
+def _one(make, kwargs: dict, depth: int, gpu: bool = False) -> Iterator:
     with _lock:
-        worker = _idle.pop() if _idle else None
+        worker = _idle[gpu].pop() if _idle[gpu] else None
         if worker is None or not worker.process.is_alive():
-            worker = _Worker(depth)
+            worker = _Worker(depth, gpu)
             _all.append(worker)
     job_id = next(_job_ids)
     worker.jobs.put((job_id, make, kwargs))
@@ -280,7 +291,7 @@ def _items(worker: _Worker, job_id: int) -> Iterator:
             worker.cancel.clear()
         if worker.process.is_alive():
             with _lock:
-                _idle.append(worker)
+                _idle[worker.gpu].append(worker)
 
 
-__all__ = ["Blobs", "stream"]
+__all__ = ["Blobs", "depth_ahead", "stream"]

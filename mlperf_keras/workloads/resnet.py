@@ -123,6 +123,10 @@ class ResNet50(Workload):
             # JAX pipelines (gpu, gpu_hardware, host): 0 reads records and plans batches in a thread; N in N worker
             # processes, each planning every N-th batch (the same batches)
             "input_workers": 0,
+            # input_pipeline gpu or gpu_hardware: N > 0 reads, plans and decodes batches in N worker processes that
+            # see the GPU, each decoding every N-th batch (the same batches; input_workers then unused), canvases
+            # passed to this process through CUDA IPC; 0 decodes in this process
+            "decode_workers": 0,
             "crop_area": (0.05, 1.0),
             "crop_aspect": (0.75, 1.33),
             "crop_min_covered": 0.1,
@@ -180,6 +184,7 @@ class ResNet50(Workload):
         hp = config.hparams
         jpeg_batches.check_pipeline(hp["input_pipeline"], config.backend)   # refuses a bad value at start
         jpeg_batches.check_input_workers(hp["input_workers"])
+        jpeg_batches.check_input_workers(hp["decode_workers"], "decode_workers")
         if hp["optimizer"] not in ("sgd", "lars"):
             raise ConfigError(f"hyperparameter optimizer={hp['optimizer']!r}: expected sgd or lars")
         if hp["lr_schedule"] not in ("step", "poly"):
@@ -399,7 +404,7 @@ class _ImageNetTrainData(TrainData):
             self.paths, jpeg_batches.make_decoder(pipeline), seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
             image_size=hp["image_size"], crop=train_crop(hp), shuffle_buffer=hp["shuffle_buffer"],
-            label_offset=self.label_offset, plan_workers=hp["input_workers"])
+            label_offset=self.label_offset, plan_workers=hp["input_workers"], decode_workers=hp["decode_workers"])
 
 
 def _count_top1(logits, labels) -> tuple[int, int]:

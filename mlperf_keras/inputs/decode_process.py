@@ -1,0 +1,138 @@
+"""JPEG batches read, planned and decoded on the GPU in worker processes of their own (hparam decode_workers), each
+batch's canvas handed to the training process through CUDA IPC.
+
+Why: in the training process nvImageCodec's decode call slowed 3-8x beside the busy train step, whether that ran on
+JAX's stream or on a CuPy stream of its own (so the call waits on the device, not for SMs), and a batch's decode took
+3 s beside a thread that holds the interpreter (the call takes the GIL many times inside). A worker process has its
+own interpreter and its own CUDA context: its waits on the device wait for its own work only.
+
+A worker (inputs/worker_process, with the GPU visible and JAX kept off it) runs the pipeline's host half for every
+N-th batch, decodes the batch into one of a ring of canvases it allocated (cudaMalloc, exported once by
+cudaIpcGetMemHandle) and sends the canvas's handle with the batch's geometry and labels. The training process maps
+each handle once and copies the batch's bytes into a canvas of its own before it asks for the next batch. That copy
+is what lets the worker reuse its canvases: the worker runs at most `depth` items ahead of the batch being copied, so
+a ring of depth + 3 canvases is never written while read (worker_process.depth_ahead: the worker's queue size).
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterator
+
+from mlperf_keras.inputs import jpeg_batches
+
+
+class SharedCanvas:
+    """Where a worker decoded a batch: its process, the IPC handle of the canvas (bytes) and the canvas's size."""
+
+    def __init__(self, pid: int, handle: bytes, size: int):
+        self.pid, self.handle, self.size = pid, handle, size
+
+
+# ---- in the worker ----
+
+class _Ring:
+    """`count` canvases of one size, used in turn; when a batch needs more, a new ring of the larger size. The old
+    canvases are kept (the training process may still have them mapped; freeing would also synchronise the device):
+    sizes are powers of two, so the old rings add less than the current one."""
+
+    def __init__(self, count: int):
+        self.count, self.size, self.canvases, self.old, self.turn = count, 0, [], [], 0
+
+    def take(self, size: int):
+        import cupy
+
+        if size > self.size:
+            self.old.extend(self.canvases)
+            self.canvases = []
+            for _ in range(self.count):
+                memory = cupy.cuda.Memory(size)   # its own cudaMalloc: an IPC handle names a whole allocation
+                array = cupy.ndarray((size,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
+                self.canvases.append((array, cupy.cuda.runtime.ipcGetMemHandle(memory.ptr)))
+            self.size = size
+        self.turn = (self.turn + 1) % self.count
+        return self.canvases[self.turn]
+
+
+_rings: dict = {}
+
+
+def _ring(count: int) -> _Ring:
+    """The worker's ring, kept from stream to stream (epoch to epoch), so the parent maps each canvas once."""
+    if count not in _rings:
+        _rings[count] = _Ring(count)
+    return _rings[count]
+
+
+def decoded_batches(make: Callable[..., Iterator], kwargs: dict, hardware: bool, shard: tuple = (0, 1)) -> Iterator:
+    """In a worker: (SharedCanvas, geometry, *rest) for each (jpegs, geometry, *rest) of make(**kwargs,
+    shard=shard), the batch decoded on the GPU into a canvas of the worker's ring."""
+    from mlperf_keras.inputs import worker_process
+
+    decoder = jpeg_batches.GpuDecoder(hardware=hardware)
+    # Sent items the parent has not taken, the one it is copying, and the one being written: depth + 2 canvases
+    # in use at most. The parent copies a batch before it takes the next.
+    ring = _ring(worker_process.depth_ahead() + 3)
+    for jpegs, geometry, *rest in make(**kwargs, shard=shard):
+        canvas, handle = ring.take(geometry.canvas_size())
+        decoder.decode_into(jpegs, geometry, canvas)
+        yield (SharedCanvas(os.getpid(), handle, ring.size), geometry, *rest)
+
+
+# ---- in the training process ----
+
+class SharedCanvases:
+    """The training process's side: maps each worker canvas once and copies a batch out of it."""
+
+    name = "gpu (decode workers)"
+
+    def __init__(self):
+        import cupy
+
+        self._cupy = cupy
+        self._mapped: dict = {}
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+
+    def canvas(self, shared: SharedCanvas, geometry: jpeg_batches.CanvasLayout):
+        """The batch's canvas as a JAX array of the training process's own memory, complete when this returns (so the
+        worker may write the shared canvas again)."""
+        import jax
+
+        cp = self._cupy
+        source = self._map(shared)
+        canvas = cp.empty(geometry.canvas_size(), cp.uint8)
+        cp.cuda.runtime.memcpyAsync(canvas.data.ptr, source, geometry.needed, cp.cuda.runtime.memcpyDeviceToDevice,
+                                    self._stream.ptr)
+        self._stream.synchronize()
+        return jax.dlpack.from_dlpack(canvas)
+
+    def _map(self, shared: SharedCanvas) -> int:
+        key = (shared.pid, shared.handle)
+        if key not in self._mapped:
+            self._mapped[key] = self._cupy.cuda.runtime.ipcOpenMemHandle(shared.handle)
+        return self._mapped[key]
+
+
+_importer: list = []
+
+
+def shared_canvases() -> SharedCanvases:
+    """The process's one SharedCanvases (a handle is mapped once a process)."""
+    if not _importer:
+        _importer.append(SharedCanvases())
+    return _importer[0]
+
+
+def stream(make: Callable[..., Iterator], kwargs: dict, hardware: bool, workers: int, depth: int = 2) -> Iterator:
+    """(SharedCanvas, geometry, *rest) of make's batches, `workers` GPU worker processes each decoding every
+    workers-th batch (make takes shard=(k, workers)); pass the items' SharedCanvas to shared_canvases()."""
+    from mlperf_keras.inputs import worker_process
+
+    where = "the GPU's hardware JPEG decoder" if hardware else "the GPU"
+    jpeg_batches.say_once(f"input: records read and JPEGs decoded on {where} (nvImageCodec) in {workers} worker "
+                          f"process{'es' if workers > 1 else ''}, resized in this one (JAX)")
+
+    job = dict(make=make, kwargs=kwargs, hardware=hardware)
+    return worker_process.stream(decoded_batches, job, depth, workers, gpu=True)
+
+
+__all__ = ["SharedCanvas", "SharedCanvases", "decoded_batches", "shared_canvases", "stream"]
