@@ -18,7 +18,7 @@
 #                                          # fed by the input pipeline against the same batches resident on the
 #                                          # device, then the input pipeline alone (--input_only);
 #                                          # INPUT_WORKERS=N plans ResNet's and SSD's batches in N processes,
-#                                          # DECODE_WORKERS=N also decodes ResNet's in N processes,
+#                                          # DECODE_WORKERS=N also decodes them in N processes,
 #                                          # INPUT_PIPELINE=gpu_hardware decodes ResNet's, SSD's and Mask R-CNN's
 #                                          # JPEGs on the GPU's JPEG engines only, REPEAT=N lists ImageNet's and
 #                                          # COCO's training files N times (epochs of many batches), FED_ONLY=1
@@ -154,8 +154,9 @@ case "${1:-}" in
       if [ -n "${INPUT_WORKERS:-}" ] && { [ "$m" = resnet ] || [ "$m" = ssd ]; }; then
         hp+=("input_workers=$INPUT_WORKERS"); tag+="_w$INPUT_WORKERS"
       fi
-      # DECODE_WORKERS=N: ResNet reads, plans and decodes its batches in N GPU worker processes (hparam decode_workers)
-      if [ -n "${DECODE_WORKERS:-}" ] && [ "$m" = resnet ]; then
+      # DECODE_WORKERS=N: ResNet and SSD read, plan and decode their batches in N GPU worker processes (hparam
+      # decode_workers)
+      if [ -n "${DECODE_WORKERS:-}" ] && { [ "$m" = resnet ] || [ "$m" = ssd ]; }; then
         hp+=("decode_workers=$DECODE_WORKERS"); tag+="_d$DECODE_WORKERS"
       fi
       # INPUT_PIPELINE=gpu_hardware (or host): the image workloads' hparam input_pipeline

@@ -18,8 +18,8 @@ by one factor. Besides the rules' entries, every workload may change
 - IMPLEMENTATION_KEYS: how the same computation runs (eval batch, mask-pasting processes, where NCF's negatives are
   drawn, padded eval shapes, which stock dropout generator, Mask R-CNN's static bound on objects, where ResNet's,
   SSD's and Mask R-CNN's JPEGs are decoded and resized (input_pipeline) and in how many processes ResNet's and SSD's
-  batches are planned (input_workers) and ResNet's decoded (decode_workers), which reader reads the translation
-  records), not what it computes;
+  batches are planned (input_workers) or planned and decoded (decode_workers), which reader reads the
+  translation records), not what it computes;
 - a count that follows from the prepared data, set to the data's own value (config.check_hparams refuses any other).
 An override equal to the reference's value is not a change. Everything else is refused under --division=closed.
 

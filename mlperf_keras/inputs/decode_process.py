@@ -64,18 +64,25 @@ def _ring(count: int) -> _Ring:
 
 
 def decoded_batches(make: Callable[..., Iterator], kwargs: dict, hardware: bool, shard: tuple = (0, 1)) -> Iterator:
-    """In a worker: (SharedCanvas, geometry, *rest) for each (jpegs, geometry, *rest) of make(**kwargs,
-    shard=shard), the batch decoded on the GPU into a canvas of the worker's ring."""
+    """In a worker: the plans of make(**kwargs, shard=shard), each batch decoded on the GPU into a canvas of the
+    worker's ring, its JPEGs replaced by the SharedCanvas: a plan is a tuple (jpegs, geometry, *rest) (ResNet's) or
+    an object with .jpegs and .geometry (SSD's TrainPlan)."""
     from mlperf_keras.inputs import worker_process
 
     decoder = jpeg_batches.GpuDecoder(hardware=hardware)
     # Sent items the parent has not taken, the one it is copying, and the one being written: depth + 2 canvases
     # in use at most. The parent copies a batch before it takes the next.
     ring = _ring(worker_process.depth_ahead() + 3)
-    for jpegs, geometry, *rest in make(**kwargs, shard=shard):
+    for plan in make(**kwargs, shard=shard):
+        jpegs, geometry = plan[:2] if isinstance(plan, tuple) else (plan.jpegs, plan.geometry)
         canvas, handle = ring.take(geometry.canvas_size())
         decoder.decode_into(jpegs, geometry, canvas)
-        yield (SharedCanvas(os.getpid(), handle, ring.size), geometry, *rest)
+        shared = SharedCanvas(os.getpid(), handle, ring.size)
+        if isinstance(plan, tuple):
+            yield (shared, *plan[1:])
+        else:
+            plan.jpegs = shared
+            yield plan
 
 
 # ---- in the training process ----
@@ -123,11 +130,11 @@ def shared_canvases() -> SharedCanvases:
 
 
 def stream(make: Callable[..., Iterator], kwargs: dict, hardware: bool, workers: int, depth: int = 2) -> Iterator:
-    """(SharedCanvas, geometry, *rest) of make's batches, `workers` GPU worker processes each decoding every
-    workers-th batch (make takes shard=(k, workers)); pass the items' SharedCanvas to shared_canvases()."""
+    """make's plans (decoded_batches), `workers` GPU worker processes each decoding every workers-th batch (make
+    takes shard=(k, workers)); the plans' SharedCanvas and geometry go to shared_canvases().canvas."""
     from mlperf_keras.inputs import worker_process
 
-    where = "the GPU's hardware JPEG decoder" if hardware else "the GPU"
+    where = "the GPU's hardware JPEG engines" if hardware else "the GPU"
     jpeg_batches.say_once(f"input: records read and JPEGs decoded on {where} (nvImageCodec) in {workers} worker "
                           f"process{'es' if workers > 1 else ''}, resized in this one (JAX)")
 

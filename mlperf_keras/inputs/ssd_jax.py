@@ -38,7 +38,7 @@ from typing import Iterator
 import numpy as np
 
 from mlperf_keras.inputs import default_boxes, image_geometry, record_reader, record_streams, worker_process
-from mlperf_keras.inputs.jpeg_batches import BatchGeometry, resize_from_canvas
+from mlperf_keras.inputs.jpeg_batches import BatchGeometry, GpuDecoder, resize_from_canvas
 from mlperf_keras.inputs.ssd_jax_augment import train_images_and_targets
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.inputs.ssd_augmentation import COLOR_JITTER, CROP_MAX_IOU, CROP_MIN_IOU, check_max_samples
@@ -242,18 +242,28 @@ class TrainPlan:
 def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int, batch_size: int, num_batches: int,
                   max_samples: int = 1, shuffle_buffer: int = 4096, skip_crowd: bool = False,
                   spec: default_boxes.DefaultBoxSpec = default_boxes.SSD300, max_rounds: int = 50,
-                  cycle_length: int = 10, prefetch: int = 2, plan_workers: int = 0) -> Iterator:
+                  cycle_length: int = 10, prefetch: int = 2, plan_workers: int = 0,
+                  decode_workers: int = 0) -> Iterator:
     """Exactly num_batches (images uint8 [B, S, S, 3], (offsets float32 [B, D, 4], labels int32 [B, D])) of one
     worker's epoch, as JAX arrays (ssd.ssd_train_dataset's batches).
 
     plan_workers: 0 reads and plans the batches in a thread; N > 0 in N worker processes (inputs/worker_process),
-    each reading the whole stream and planning every N-th batch: the same batches."""
+    each reading the whole stream and planning every N-th batch: the same batches. decode_workers: N > 0, with a
+    GPU decoder, reads, plans and decodes every N-th batch in each of N processes that see the GPU
+    (inputs/decode_process; plan_workers is then unused): the same batches."""
     check_max_samples(max_samples)
     plan = dict(paths=paths, seed=seed, epoch=epoch, rank=rank, batch_size=batch_size, num_batches=num_batches,
                 max_samples=max_samples, shuffle_buffer=shuffle_buffer, skip_crowd=skip_crowd, size=spec.fig_size,
                 max_rounds=max_rounds, cycle_length=cycle_length)
-    plans = (worker_process.stream(_train_plans, plan, prefetch, plan_workers) if plan_workers > 0
-             else record_streams.prefetched(_train_plans(**plan), prefetch, "ssd-input"))
+    if decode_workers > 0 and isinstance(decoder, GpuDecoder):
+        from mlperf_keras.inputs import decode_process
+
+        plans = decode_process.stream(_train_plans, plan, decoder.hardware, decode_workers, prefetch)
+        decoder = decode_process.shared_canvases()
+    elif plan_workers > 0:
+        plans = worker_process.stream(_train_plans, plan, prefetch, plan_workers)
+    else:
+        plans = record_streams.prefetched(_train_plans(**plan), prefetch, "ssd-input")
 
     def decode():
         for p in plans:

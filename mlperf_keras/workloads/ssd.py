@@ -117,6 +117,10 @@ class SSD(Workload):
             # JAX pipelines (gpu, gpu_hardware, host): 0 reads records and plans batches in a thread; N in N worker
             # processes, each planning every N-th batch (the same batches)
             "input_workers": 0,
+            # input_pipeline gpu or gpu_hardware: N > 0 reads, plans and decodes batches in N worker processes that
+            # see the GPU, each decoding every N-th batch (the same batches; input_workers then unused), canvases
+            # passed to this process through CUDA IPC; 0 decodes in this process
+            "decode_workers": 0,
             "score_threshold": 0.05,       # evaluation: candidates per class above this score
             "nms_iou": 0.5,
             "max_detections": 200,
@@ -165,6 +169,7 @@ class SSD(Workload):
         hp = config.hparams
         jpeg_batches.check_pipeline(hp["input_pipeline"], config.backend)   # refuses a bad value at start
         jpeg_batches.check_input_workers(hp["input_workers"])
+        jpeg_batches.check_input_workers(hp["decode_workers"], "decode_workers")
         if hp["max_samples"] not in (1, 50):
             raise ConfigError(f"max_samples={hp['max_samples']}: the MLPerf rules allow 1 or 50")
         if hp["warmup_epochs"] <= 0:
@@ -312,7 +317,7 @@ class _CocoTrainData(TrainData):
             self.paths, jpeg_batches.make_decoder(self.pipeline), seed=self.config.seed, epoch=epoch, rank=self.rank,
             batch_size=self.config.per_worker_batch_size, num_batches=self.steps_per_epoch,
             max_samples=hp["max_samples"], shuffle_buffer=hp["shuffle_buffer"], skip_crowd=hp["skip_crowd"],
-            plan_workers=hp["input_workers"])
+            plan_workers=hp["input_workers"], decode_workers=hp["decode_workers"])
 
 
 class _CocoEvaluator(Evaluator):
