@@ -25,3 +25,17 @@ def test_blobs_travel_through_a_shared_file_and_leave_nothing_behind(tmp_path, m
     monkeypatch.setattr(worker_process, "_SHM_DIR", str(tmp_path / "missing"))
     fallback = pickle.loads(pickle.dumps(worker_process.Blobs(items)))
     assert list(fallback) == items and isinstance(fallback[0], bytes)
+
+
+def _environment(shard=(0, 1)):
+    yield os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("JAX_PLATFORMS"), worker_process.depth_ahead(), shard
+
+
+def test_gpu_workers_see_the_parents_devices_and_keep_jax_off_them(monkeypatch):
+    """stream(gpu=True) (inputs/decode_process's workers): the parent's CUDA devices for CuPy, JAX on the CPU; the
+    planning workers see no device. depth_ahead is the queue size the worker was started with."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    assert list(worker_process.stream(_environment, {}, depth=2, workers=2, gpu=True)) == [
+        ("3", "cpu", 2, (0, 2)), ("3", "cpu", 2, (1, 2))]
+    assert list(worker_process.stream(_environment, {}, depth=2)) == [("", "cpu", 2, (0, 1))]
