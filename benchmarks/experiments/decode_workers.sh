@@ -18,14 +18,13 @@ IMAGENET=.cache/realdata/imagenet
 case "${1:-}" in
   1)
     fed MODELS=resnet                      # the baseline (and gpu_suite installs .whl/ into /tmp/site)
-    PYTHONPATH=/tmp/site:. KERAS_BACKEND=jax timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider \
-      tests/test_imagenet_gpu_decode.py -k "decode_workers or reusing" 2>&1 | tail -4
     fed MODELS=resnet DECODE_WORKERS=2
-    parts --data_dir=$IMAGENET --loads=none,jax,jax_process --parts=region_decode
-    fed MODELS=resnet DECODE_WORKERS=1
     fed MODELS=ssd
     fed MODELS=ssd DECODE_WORKERS=2
-    parts --data_dir=$IMAGENET --backend=HW_GPU_ONLY --loads=none,jax_process --parts=region_decode
+    PYTHONPATH=/tmp/site:. KERAS_BACKEND=jax timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider \
+      tests/test_imagenet_gpu_decode.py -k "decode_workers or reusing" 2>&1 | tail -4
+    parts --data_dir=$IMAGENET --loads=none,jax,jax_process --parts=region_decode
+    fed MODELS=resnet DECODE_WORKERS=1
     fed MODELS=resnet DECODE_WORKERS=3 ;;
   *) echo "usage: decode_workers.sh 1" >&2; exit 2 ;;
 esac
