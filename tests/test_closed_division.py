@@ -151,3 +151,20 @@ def test_input_workers_is_closed_and_must_be_a_count():
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(ConfigError, match="input_workers="):
             jpeg_batches.check_input_workers(bad)
+
+
+def test_decode_workers_is_closed_and_needs_a_gpu_pipeline_on_jax():
+    """decode_workers moves ResNet's and SSD's GPU decode into worker processes, the same batches: closed accepts
+    it; a non-count, the TensorFlow backend and the host or tf.data pipelines are refused at start-up."""
+    from mlperf_keras.inputs import jpeg_batches
+
+    for model in ("resnet", "ssd"):
+        assert refusal(model, "0.7", "decode_workers=2") is None
+    for pipeline in ("auto", "gpu", "gpu_hardware"):
+        jpeg_batches.check_decode_workers(2, pipeline, "jax")
+    jpeg_batches.check_decode_workers(0, "tf.data", "tensorflow")
+    with pytest.raises(ConfigError, match="decode_workers=-1"):
+        jpeg_batches.check_decode_workers(-1, "auto", "jax")
+    for pipeline, backend in (("auto", "tensorflow"), ("host", "jax"), ("tf.data", "jax")):
+        with pytest.raises(ConfigError, match="needs the JAX backend and input_pipeline auto, gpu or gpu_hardware"):
+            jpeg_batches.check_decode_workers(2, pipeline, backend)

@@ -230,6 +230,22 @@ def test_batches_planned_in_worker_processes_are_the_threads_ones(prepared, tmp_
                                         image_size=24, plan_workers=1))
 
 
+def test_decode_workers_without_a_gpu_decoder_are_unused_and_said(prepared, monkeypatch, capsys):
+    """decode_workers (inputs/decode_process) needs a GPU decoder: with the host one the batches are those decoded
+    in this process, and the console says the workers are unused."""
+    monkeypatch.setattr(jpeg_batches, "_said", set())
+    data_dir, manifest = prepared
+    paths = worker_files(data_dir, manifest, "train", 0, 1)
+    decoder = jpeg_batches.HostDecoder(2)
+    kw = dict(seed=2, epoch=1, rank=0, batch_size=4, num_batches=2, image_size=24, shuffle_buffer=16)
+    plain = [(np.asarray(x), y) for x, y in imagenet_gpu.train_batches(paths, decoder, **kw)]
+    asked = [(np.asarray(x), y) for x, y in imagenet_gpu.train_batches(paths, decoder, decode_workers=2, **kw)]
+    for (x, y), (x2, y2) in zip(plain, asked, strict=True):
+        np.testing.assert_array_equal(x, x2)
+        np.testing.assert_array_equal(y, y2)
+    assert "decode_workers=2 unused: JPEGs are decoded on the host here" in capsys.readouterr().out
+
+
 def test_choose_pipeline(monkeypatch):
     import keras
 

@@ -125,6 +125,17 @@ class SharedCanvases:
         return self._mapped[key]
 
 
+def used(decode_workers: int, decoder) -> bool:
+    """Whether a pipeline given hparam decode_workers and its decoder decodes in GPU workers: only a GPU decoder
+    does (said once where the decoder fell back to the host)."""
+    if decode_workers <= 0:
+        return False
+    if isinstance(decoder, jpeg_batches.GpuDecoder):
+        return True
+    jpeg_batches.say_once(f"input: decode_workers={decode_workers} unused: JPEGs are decoded on the host here")
+    return False
+
+
 _importer: list = []
 
 
@@ -148,4 +159,4 @@ def stream(make: Callable[..., Iterator], kwargs: dict, hardware: bool, workers:
     return worker_process.stream(decoded_batches, job, depth, workers, gpu=True)
 
 
-__all__ = ["SharedCanvas", "SharedCanvases", "decoded_batches", "shared_canvases", "stream"]
+__all__ = ["SharedCanvas", "SharedCanvases", "decoded_batches", "shared_canvases", "stream", "used"]

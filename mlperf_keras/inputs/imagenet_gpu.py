@@ -33,8 +33,8 @@ from typing import Iterator
 
 import numpy as np
 
-from mlperf_keras.inputs import image_geometry, record_reader, record_streams, worker_process
-from mlperf_keras.inputs.jpeg_batches import BatchGeometry, GpuDecoder, resize_from_canvas
+from mlperf_keras.inputs import decode_process, image_geometry, record_reader, record_streams, worker_process
+from mlperf_keras.inputs.jpeg_batches import BatchGeometry, resize_from_canvas
 from mlperf_keras.inputs.manifest import DataError
 
 
@@ -87,9 +87,7 @@ def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int
     plan = dict(paths=paths, seed=seed, epoch=epoch, rank=rank, batch_size=batch_size, num_batches=num_batches,
                 image_size=image_size, crop=crop, shuffle_buffer=shuffle_buffer, label_offset=label_offset,
                 cycle_length=cycle_length)
-    if decode_workers > 0 and isinstance(decoder, GpuDecoder):
-        from mlperf_keras.inputs import decode_process
-
+    if decode_process.used(decode_workers, decoder):
         plans = decode_process.stream(_train_plans, plan, decoder.hardware, decode_workers, prefetch)
         return _decoded(plans, decode_process.shared_canvases(), prefetch)
     plans = (worker_process.stream(_train_plans, plan, prefetch, plan_workers) if plan_workers > 0

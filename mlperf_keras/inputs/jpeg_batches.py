@@ -318,6 +318,19 @@ def check_input_workers(value, name: str = "input_workers") -> None:
         raise ConfigError(f"{name}={value!r}: expected 0 ({zero}) or a number of worker processes")
 
 
+def check_decode_workers(value, pipeline: str, backend: str) -> None:
+    """Refuses a decode_workers value (ResNet's and SSD's GPU decode in worker processes; 0: in this process) that is
+    not a count, or that asks for GPU decode workers where the pipeline cannot decode on the GPU (ConfigError), at
+    start-up."""
+    from mlperf_keras.config import ConfigError
+
+    check_input_workers(value, "decode_workers")
+    if value and (backend != "jax" or pipeline in ("tf.data", "host")):
+        raise ConfigError(f"decode_workers={value} decodes JPEGs on the GPU in worker processes: it needs the JAX "
+                          f"backend and input_pipeline auto, gpu or gpu_hardware (here: the {backend} backend, "
+                          f"input_pipeline={pipeline})")
+
+
 def choose_pipeline(requested: str) -> str:
     """tf.data, gpu, gpu_hardware or host for a workload's hparam input_pipeline (PIPELINES) on this backend and machine."""
     import keras
@@ -344,5 +357,5 @@ def choose_pipeline(requested: str) -> str:
 
 
 __all__ = ["BatchGeometry", "CanvasLayout", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas",
-           "check_input_workers", "check_pipeline", "choose_pipeline", "gpu_decoder_missing", "make_decoder", "resize_from_canvas",
+           "check_decode_workers", "check_input_workers", "check_pipeline", "choose_pipeline", "gpu_decoder_missing", "make_decoder", "resize_from_canvas",
            "to_uint8"]

@@ -37,8 +37,9 @@ from typing import Iterator
 
 import numpy as np
 
-from mlperf_keras.inputs import default_boxes, image_geometry, record_reader, record_streams, worker_process
-from mlperf_keras.inputs.jpeg_batches import BatchGeometry, GpuDecoder, resize_from_canvas
+from mlperf_keras.inputs import (decode_process, default_boxes, image_geometry, record_reader, record_streams,
+                                  worker_process)
+from mlperf_keras.inputs.jpeg_batches import BatchGeometry, resize_from_canvas
 from mlperf_keras.inputs.ssd_jax_augment import train_images_and_targets
 from mlperf_keras.inputs.manifest import DataError
 from mlperf_keras.inputs.ssd_augmentation import COLOR_JITTER, CROP_MAX_IOU, CROP_MIN_IOU, check_max_samples
@@ -255,9 +256,7 @@ def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int
     plan = dict(paths=paths, seed=seed, epoch=epoch, rank=rank, batch_size=batch_size, num_batches=num_batches,
                 max_samples=max_samples, shuffle_buffer=shuffle_buffer, skip_crowd=skip_crowd, size=spec.fig_size,
                 max_rounds=max_rounds, cycle_length=cycle_length)
-    if decode_workers > 0 and isinstance(decoder, GpuDecoder):
-        from mlperf_keras.inputs import decode_process
-
+    if decode_process.used(decode_workers, decoder):
         plans = decode_process.stream(_train_plans, plan, decoder.hardware, decode_workers, prefetch)
         decoder = decode_process.shared_canvases()
     elif plan_workers > 0:

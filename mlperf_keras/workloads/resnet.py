@@ -184,7 +184,7 @@ class ResNet50(Workload):
         hp = config.hparams
         jpeg_batches.check_pipeline(hp["input_pipeline"], config.backend)   # refuses a bad value at start
         jpeg_batches.check_input_workers(hp["input_workers"])
-        jpeg_batches.check_input_workers(hp["decode_workers"], "decode_workers")
+        jpeg_batches.check_decode_workers(hp["decode_workers"], hp["input_pipeline"], config.backend)
         if hp["optimizer"] not in ("sgd", "lars"):
             raise ConfigError(f"hyperparameter optimizer={hp['optimizer']!r}: expected sgd or lars")
         if hp["lr_schedule"] not in ("step", "poly"):

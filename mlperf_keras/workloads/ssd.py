@@ -169,7 +169,7 @@ class SSD(Workload):
         hp = config.hparams
         jpeg_batches.check_pipeline(hp["input_pipeline"], config.backend)   # refuses a bad value at start
         jpeg_batches.check_input_workers(hp["input_workers"])
-        jpeg_batches.check_input_workers(hp["decode_workers"], "decode_workers")
+        jpeg_batches.check_decode_workers(hp["decode_workers"], hp["input_pipeline"], config.backend)
         if hp["max_samples"] not in (1, 50):
             raise ConfigError(f"max_samples={hp['max_samples']}: the MLPerf rules allow 1 or 50")
         if hp["warmup_epochs"] <= 0:
