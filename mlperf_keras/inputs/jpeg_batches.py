@@ -309,7 +309,7 @@ def check_pipeline(requested: str, backend: str) -> None:
 
 def check_input_workers(value, name: str = "input_workers") -> None:
     """Refuses an input_workers value (the processes that read and plan ResNet's and SSD's JAX batches; 0: a thread)
-    or decode_workers value (ResNet's: processes that also decode on the GPU; 0: none) that is not a count
+    or decode_workers value (ResNet's and SSD's: processes that also decode on the GPU; 0: none) that is not a count
     (ConfigError), at start-up."""
     from mlperf_keras.config import ConfigError
 
@@ -357,5 +357,5 @@ def choose_pipeline(requested: str) -> str:
 
 
 __all__ = ["BatchGeometry", "CanvasLayout", "GpuDecoder", "HostDecoder", "PIPELINES", "bilinear_from_canvas",
-           "check_decode_workers", "check_input_workers", "check_pipeline", "choose_pipeline", "gpu_decoder_missing", "make_decoder", "resize_from_canvas",
-           "to_uint8"]
+           "check_decode_workers", "check_input_workers", "check_pipeline", "choose_pipeline", "gpu_decoder_missing",
+           "make_decoder", "resize_from_canvas", "say_once", "to_uint8"]

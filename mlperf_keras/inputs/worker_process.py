@@ -9,6 +9,9 @@ thread (alone 4,974 images/s, fed 0.67, another H100), so the pipelines plan in 
 on one H100: two workers fed ResNet-50 at 0.68 against 0.66-0.69 from the thread, three at 0.58, SSD 0.60 against
 0.62-0.66; so the plan is not what limits the pipeline there (its GPU decode stage is: benchmarks/RESULTS.md).
 
+Workers started with stream(gpu=True) see the parent's GPU (JAX kept on their CPU): inputs/decode_process's, which
+also decode each batch there.
+
 A long-lived worker serves one stream at a time (a pipeline asks for one per epoch, so a worker is started once,
 not once an epoch); a stream open at the same time gets another worker. Workers are spawned, not forked (the
 parent holds CUDA and JAX's threads), and stop with the parent. Items and errors (DataError and the like) arrive in
