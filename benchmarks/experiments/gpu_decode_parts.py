@@ -243,8 +243,11 @@ class _Load:
         if self.kind == "jax_process":
             import subprocess
 
+            # without preallocation: both processes' JAX would ask for 75% of the GPU (the child's first tries
+            # failed with out-of-memory errors and it ran on what was left, on an H100)
+            env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
             self._child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, text=True)
+                                           stdout=subprocess.PIPE, text=True, env=env)
             word, ms = self._child.stdout.readline().split()
             assert word == "ready", word
             return float(ms)
