@@ -21,6 +21,7 @@ a ring of depth + 3 canvases is never written while read (worker_process.depth_a
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Callable, Iterator
 
@@ -28,10 +29,10 @@ from mlperf_keras.inputs import jpeg_batches
 
 
 class SharedCanvas:
-    """Where a worker decoded a batch: its process, the IPC handle of the canvas (bytes) and the canvas's size."""
+    """Where a worker decoded a batch: its process and the IPC handle of the canvas (bytes)."""
 
-    def __init__(self, pid: int, handle: bytes, size: int):
-        self.pid, self.handle, self.size = pid, handle, size
+    def __init__(self, pid: int, handle: bytes):
+        self.pid, self.handle = pid, handle
 
 
 # ---- in the worker ----
@@ -83,7 +84,7 @@ def decoded_batches(make: Callable[..., Iterator], kwargs: dict, hardware: bool,
         jpegs, geometry = plan[:2] if isinstance(plan, tuple) else (plan.jpegs, plan.geometry)
         canvas, handle = ring.take(geometry.canvas_size())
         decoder.decode_into(jpegs, geometry, canvas)
-        shared = SharedCanvas(os.getpid(), handle, ring.size)
+        shared = SharedCanvas(os.getpid(), handle)
         if isinstance(plan, tuple):
             yield (shared, *plan[1:])
         else:
@@ -95,8 +96,6 @@ def decoded_batches(make: Callable[..., Iterator], kwargs: dict, hardware: bool,
 
 class SharedCanvases:
     """The training process's side: maps each worker canvas once and copies a batch out of it."""
-
-    name = "gpu (decode workers)"
 
     def __init__(self):
         import cupy
@@ -136,14 +135,24 @@ def used(decode_workers: int, decoder) -> bool:
     return False
 
 
-_importer: list = []
-
-
+@functools.cache
 def shared_canvases() -> SharedCanvases:
     """The process's one SharedCanvases (a handle is mapped once a process)."""
-    if not _importer:
-        _importer.append(SharedCanvases())
-    return _importer[0]
+    return SharedCanvases()
+
+
+def plans_and_decoder(make: Callable[..., Iterator], kwargs: dict, decoder, *, prefetch: int, plan_workers: int,
+                      decode_workers: int, name: str) -> tuple:
+    """A JAX pipeline's batch plans (the items of make(**kwargs)) and the decoder to decode them with: planned in a
+    thread (plan_workers 0), in plan_workers processes, or, with a GPU decoder and decode_workers > 0, planned and
+    decoded in decode_workers GPU processes (their plans then carry SharedCanvas for shared_canvases())."""
+    from mlperf_keras.inputs import record_streams, worker_process
+
+    if used(decode_workers, decoder):
+        return stream(make, kwargs, decoder.hardware, decode_workers, prefetch), shared_canvases()
+    if plan_workers > 0:
+        return worker_process.stream(make, kwargs, prefetch, plan_workers), decoder
+    return record_streams.prefetched(make(**kwargs), prefetch, name), decoder
 
 
 def stream(make: Callable[..., Iterator], kwargs: dict, hardware: bool, workers: int, depth: int = 2) -> Iterator:
@@ -159,4 +168,5 @@ def stream(make: Callable[..., Iterator], kwargs: dict, hardware: bool, workers:
     return worker_process.stream(decoded_batches, job, depth, workers, gpu=True)
 
 
-__all__ = ["SharedCanvas", "SharedCanvases", "decoded_batches", "shared_canvases", "stream", "used"]
+__all__ = ["SharedCanvas", "SharedCanvases", "decoded_batches", "plans_and_decoder", "shared_canvases", "stream",
+           "used"]

@@ -87,11 +87,9 @@ def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int
     plan = dict(paths=paths, seed=seed, epoch=epoch, rank=rank, batch_size=batch_size, num_batches=num_batches,
                 image_size=image_size, crop=crop, shuffle_buffer=shuffle_buffer, label_offset=label_offset,
                 cycle_length=cycle_length)
-    if decode_process.used(decode_workers, decoder):
-        plans = decode_process.stream(_train_plans, plan, decoder.hardware, decode_workers, prefetch)
-        return _decoded(plans, decode_process.shared_canvases(), prefetch)
-    plans = (worker_process.stream(_train_plans, plan, prefetch, plan_workers) if plan_workers > 0
-             else record_streams.prefetched(_train_plans(**plan), prefetch, "imagenet-input"))
+    plans, decoder = decode_process.plans_and_decoder(_train_plans, plan, decoder, prefetch=prefetch,
+                                                      plan_workers=plan_workers, decode_workers=decode_workers,
+                                                      name="imagenet-input")
     return _decoded(plans, decoder, prefetch)
 
 

@@ -232,8 +232,6 @@ class GpuDecoder:
         runtime = cp.cuda.runtime
         if canvas is None:
             canvas = cp.empty(geometry.canvas_size(), cp.uint8)
-        elif canvas.size < geometry.needed:
-            raise ValueError(f"a canvas of {canvas.size:,} bytes for a batch that needs {geometry.needed:,}")
         for base, (pointer, pitch), (_, _, h, w) in zip(geometry.bases, sources, geometry.windows):
             # one 2-D copy per image (its rows may be pitched): a runtime call, no CuPy array or kernel
             runtime.memcpy2DAsync(canvas.data.ptr + int(base), int(w) * 3, pointer, pitch, int(w) * 3, int(h),

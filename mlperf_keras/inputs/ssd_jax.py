@@ -256,13 +256,9 @@ def train_batches(paths: list[str], decoder, *, seed: int, epoch: int, rank: int
     plan = dict(paths=paths, seed=seed, epoch=epoch, rank=rank, batch_size=batch_size, num_batches=num_batches,
                 max_samples=max_samples, shuffle_buffer=shuffle_buffer, skip_crowd=skip_crowd, size=spec.fig_size,
                 max_rounds=max_rounds, cycle_length=cycle_length)
-    if decode_process.used(decode_workers, decoder):
-        plans = decode_process.stream(_train_plans, plan, decoder.hardware, decode_workers, prefetch)
-        decoder = decode_process.shared_canvases()
-    elif plan_workers > 0:
-        plans = worker_process.stream(_train_plans, plan, prefetch, plan_workers)
-    else:
-        plans = record_streams.prefetched(_train_plans(**plan), prefetch, "ssd-input")
+    plans, decoder = decode_process.plans_and_decoder(_train_plans, plan, decoder, prefetch=prefetch,
+                                                      plan_workers=plan_workers, decode_workers=decode_workers,
+                                                      name="ssd-input")
 
     def decode():
         for p in plans:
